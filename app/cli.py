@@ -1,0 +1,132 @@
+"""python -m app ...: a thin adapter over the engine and the pipeline.
+
+Bad input or a broken setup prints one line on stderr and exits 2, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import asyncpg
+
+from app.engine import jobs as q
+from app.engine.db import connect, create_pool
+from app.engine.migrate import migrate
+from app.pipeline.loop import run_pipeline
+from app.pipeline.registry import StageConfigError, load_stages
+from app.settings import Settings, SettingsError, get_settings
+
+
+class CliError(Exception):
+    pass
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m app", description="Skiplock: jobs in Postgres.")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("migrate", help="apply the schema migrations (safe to run twice or at once)")
+    e = sub.add_parser("enqueue", help="enqueue one job")
+    e.add_argument("type", help="the job type (a stage's type)")
+    e.add_argument("--payload", default="{}", help="a JSON object")
+    e.add_argument("--dedupe-key", help="skip if an open job has this key")
+    e.add_argument("--campaign", help="the campaign id the job belongs to")
+    e.add_argument("--in", dest="delay", type=float, default=0.0, metavar="SECONDS",
+                   help="run no sooner than this many seconds from now")
+    r = sub.add_parser("run-once", help="run the pipeline once and print its summary")
+    r.add_argument("--budget", type=float, help="seconds to keep claiming (capped by the setting)")
+    r.add_argument("--trigger", default="manual", help="recorded in the runs row")
+    return p
+
+
+async def database_url(settings: Settings) -> str:
+    if settings.database_url:
+        return settings.database_url
+    from app.devdb import local_database_url
+    return await local_database_url()
+
+
+def _payload(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"--payload is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(value, dict):
+        raise CliError("--payload must be a JSON object, like '{\"url\": \"https://example.com\"}'")
+    return value
+
+
+def _campaign(text: str | None) -> uuid.UUID | None:
+    if text is None:
+        return None
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise CliError(f"--campaign {text!r} is not a campaign id (a uuid)") from None
+
+
+async def _enqueue(args, settings: Settings, dsn: str) -> dict:
+    known = [s.type for s in load_stages(settings.pipeline_stages)]
+    if args.type not in known:
+        raise CliError(f"unknown job type {args.type!r}; the stages are: {', '.join(known) or 'none'}")
+    if args.delay < 0:
+        raise CliError("--in must be zero or more seconds")
+    job = q.NewJob(type=args.type, payload=_payload(args.payload), dedupe_key=args.dedupe_key,
+                   campaign_id=_campaign(args.campaign),
+                   run_after=datetime.now(timezone.utc) + timedelta(seconds=args.delay) if args.delay else None)
+    conn = await connect(dsn)
+    try:
+        job_id = await q.enqueue(conn, job)
+    except asyncpg.ForeignKeyViolationError:
+        raise CliError(f"no campaign with id {job.campaign_id}") from None
+    finally:
+        await conn.close()
+    return {"id": str(job_id) if job_id else None, "deduplicated": job_id is None}
+
+
+async def _run_once(args, settings: Settings, dsn: str) -> dict:
+    if args.budget is not None and args.budget <= 0:
+        raise CliError("--budget must be a positive number of seconds")
+    stages = load_stages(settings.pipeline_stages)
+    pool = await create_pool(dsn, settings.db_pool_size)
+    try:
+        result = await run_pipeline(pool, stages, trigger=args.trigger, budget=args.budget,
+                                    settings=settings)
+    finally:
+        await pool.close()
+    return result.to_json()
+
+
+async def _main(args) -> int:
+    settings = get_settings()
+    dsn = await database_url(settings)
+    if args.command == "migrate":
+        conn = await connect(dsn)
+        try:
+            applied = await migrate(conn)
+        finally:
+            await conn.close()
+        print(json.dumps({"applied": applied}))
+    elif args.command == "enqueue":
+        print(json.dumps(await _enqueue(args, settings, dsn)))
+    elif args.command == "run-once":
+        result = await _run_once(args, settings, dsn)
+        print(json.dumps(result, indent=2))
+        return 1 if result["stopReason"] == "error" else 0
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return asyncio.run(_main(args))
+    except (CliError, SettingsError, StageConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        print(f"error: database: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+    return 2

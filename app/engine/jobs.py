@@ -1,0 +1,113 @@
+"""Jobs: enqueue, claim, complete, fail, defer and the stuck sweep, each one named query."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterable, Sequence
+
+import asyncpg
+
+from app.engine.queries import query
+
+
+@dataclass
+class Job:
+    """A claimed job as a handler sees it."""
+    id: uuid.UUID
+    type: str
+    payload: dict[str, Any]
+    attempts: int
+    campaign_id: uuid.UUID | None
+    run_id: uuid.UUID | None
+    dedupe_key: str | None = None
+    created_at: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> "Job":
+        return cls(**{f: row[f] for f in _JOB_FIELDS})
+
+
+_JOB_FIELDS = ("id", "type", "payload", "attempts", "campaign_id", "run_id", "dedupe_key", "created_at")
+
+
+@dataclass
+class NewJob:
+    """One job to enqueue. run_after None means now."""
+    type: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    dedupe_key: str | None = None
+    campaign_id: uuid.UUID | None = None
+    run_after: datetime | None = None
+
+
+@dataclass
+class Lease:
+    """What a stage promises about its jobs: how long a claim holds, how many tries."""
+    type: str
+    lease_seconds: float
+    max_attempts: int
+
+
+async def enqueue(db, job: NewJob) -> uuid.UUID | None:
+    """Insert one job; None when an open job with the same dedupe key exists."""
+    return await db.fetchval(
+        query("enqueue"), job.type, job.payload, job.dedupe_key, job.campaign_id, job.run_after)
+
+
+async def enqueue_many(db, jobs: Sequence[NewJob]) -> list[uuid.UUID]:
+    """Insert many jobs in one statement; returns the ids of those not deduplicated."""
+    rows = await db.fetch(
+        query("enqueue_many"),
+        [j.type for j in jobs], [j.payload for j in jobs], [j.dedupe_key for j in jobs],
+        [j.campaign_id for j in jobs], [j.run_after for j in jobs])
+    return [r["id"] for r in rows]
+
+
+async def claim(db, lease: Lease, run_id: uuid.UUID, limit: int) -> list[Job]:
+    rows = await db.fetch(
+        query("claim"), lease.type, limit, run_id, float(lease.lease_seconds), lease.max_attempts)
+    return [Job.from_row(r) for r in rows]
+
+
+async def complete(db, run_id: uuid.UUID, ids: Iterable[uuid.UUID]) -> list[uuid.UUID]:
+    """Mark done the jobs this run still holds; returns those that changed."""
+    ids = list(ids)
+    if not ids:
+        return []
+    return [r["id"] for r in await db.fetch(query("complete"), ids, run_id)]
+
+
+async def defer(db, run_id: uuid.UUID, until: dict[uuid.UUID, datetime]) -> list[uuid.UUID]:
+    """Back to pending at each job's wake-up time, without burning the attempt."""
+    if not until:
+        return []
+    ids = list(until)
+    rows = await db.fetch(query("defer"), ids, [until[i] for i in ids], run_id)
+    return [r["id"] for r in rows]
+
+
+async def fail(db, run_id: uuid.UUID, job_id: uuid.UUID, error: str,
+               max_attempts: int) -> asyncpg.Record | None:
+    """Record a failed attempt; the row says 'pending' (retry) or 'failed' (gave up).
+
+    None when this run no longer holds the job."""
+    return await db.fetchrow(query("fail"), job_id, run_id, error, max_attempts)
+
+
+async def stuck_candidates(db, lease: Lease) -> list[uuid.UUID]:
+    rows = await db.fetch(query("stuck_candidates"), lease.type, float(lease.lease_seconds),
+                          lease.max_attempts)
+    return [r["id"] for r in rows]
+
+
+async def fail_stuck(db, lease: Lease, job_id: uuid.UUID) -> Job | None:
+    """Fail one job stuck on its last attempt; None if someone else already did."""
+    row = await db.fetchrow(query("fail_stuck"), job_id, lease.type, float(lease.lease_seconds),
+                            lease.max_attempts)
+    return Job.from_row(row) if row else None
+
+
+async def expire_served(db) -> None:
+    await db.execute(query("expire_served"))

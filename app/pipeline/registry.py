@@ -1,0 +1,39 @@
+"""Find the ordered stage list named by PIPELINE_STAGES (package.module:NAME)."""
+
+from __future__ import annotations
+
+import importlib
+
+from app.pipeline.stage import Stage
+
+
+class StageConfigError(Exception):
+    """The stage list cannot be loaded; the message is one readable line."""
+
+
+def load_stages(spec: str) -> list[Stage]:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise StageConfigError(f"PIPELINE_STAGES={spec!r} must look like package.module:NAME")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise StageConfigError(f"PIPELINE_STAGES: cannot import {module_name!r}: {exc}") from None
+    try:
+        stages = list(getattr(module, attr))
+    except AttributeError:
+        raise StageConfigError(f"PIPELINE_STAGES: {module_name!r} has no {attr!r}") from None
+    except TypeError:
+        raise StageConfigError(f"PIPELINE_STAGES: {spec} is not a list of Stage") from None
+    check_stages(stages, spec)
+    return stages
+
+
+def check_stages(stages: list, where: str = "stages") -> None:
+    seen = set()
+    for stage in stages:
+        if not isinstance(stage, Stage):
+            raise StageConfigError(f"{where}: {stage!r} is not a Stage")
+        if stage.type in seen:
+            raise StageConfigError(f"{where}: two stages have the type {stage.type!r}")
+        seen.add(stage.type)

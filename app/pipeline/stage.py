@@ -1,0 +1,146 @@
+"""What a stage author writes against: Stage, DeferJob, StopRun and the handler's context."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any, Awaitable, Callable
+
+from app.engine.jobs import Job, Lease
+
+JobHandler = Callable[[Job, "Context"], Awaitable[Any]]
+BatchHandler = Callable[[list[Job], "Context"], Awaitable["dict[uuid.UUID, BaseException] | None"]]
+GaveUpHook = Callable[[Job, "Context"], Awaitable[None]]
+
+
+def _seconds(value: float | timedelta) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stage:
+    """One job type and how to run it.
+
+    handler:        async (job, ctx) for one job at a time, `concurrency` at once; or
+    batch_handler:  async (jobs, ctx) for the whole claimed list; it may return
+                    {job_id: exception} for the jobs that did not succeed.
+    gave_up:        async (job, ctx) when a job fails for good (last attempt failed, or
+                    its process died on it). It runs in the transaction that marks the
+                    job failed (ctx.db is that connection), so a refund happens once.
+    """
+    type: str
+    handler: JobHandler | None = None
+    batch_handler: BatchHandler | None = None
+    batch: int = 10
+    concurrency: int = 1
+    lease: float | timedelta = 900.0
+    max_attempts: int = 3
+    timeout: float | timedelta = 60.0
+    gave_up: GaveUpHook | None = None
+
+    def __post_init__(self) -> None:
+        if not self.type or not isinstance(self.type, str):
+            raise ValueError("a stage needs a type (a non-empty string)")
+        if (self.handler is None) == (self.batch_handler is None):
+            raise ValueError(f"stage {self.type!r}: give exactly one of handler= or batch_handler=")
+        for name in ("batch", "concurrency", "max_attempts"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"stage {self.type!r}: {name} must be a whole number >= 1")
+        object.__setattr__(self, "lease", _seconds(self.lease))
+        object.__setattr__(self, "timeout", _seconds(self.timeout))
+        if self.timeout <= 0 or self.timeout >= self.lease:
+            raise ValueError(f"stage {self.type!r}: timeout must be positive and shorter than the lease")
+
+    @property
+    def lease_terms(self) -> Lease:
+        return Lease(self.type, self.lease, self.max_attempts)
+
+
+def _when(until: datetime | timedelta | float | None) -> datetime:
+    now = datetime.now(timezone.utc)
+    if until is None:
+        return now
+    if isinstance(until, datetime):
+        return until if until.tzinfo else until.replace(tzinfo=timezone.utc)
+    return now + (until if isinstance(until, timedelta) else timedelta(seconds=until))
+
+
+class DeferJob(Exception):
+    """Raise from a handler when the work cannot happen now (not a failure).
+
+    The job goes back to pending until `until` (a datetime, a timedelta or seconds
+    from now; default now) and its attempt is handed back."""
+
+    def __init__(self, until: datetime | timedelta | float | None = None, reason: str = "") -> None:
+        self.until = _when(until)
+        self.reason = reason
+        super().__init__(reason or f"deferred until {self.until.isoformat()}")
+
+
+class StopRun(DeferJob):
+    """Defer this job and stop the whole run with a healthy stop reason (the quota is spent)."""
+
+    REASONS = ("quota_reserve", "quota_exhausted")
+
+    def __init__(self, stop_reason: str, until: datetime | timedelta | float | None = None) -> None:
+        if stop_reason not in self.REASONS:
+            raise ValueError(f"StopRun reason must be one of {', '.join(self.REASONS)}")
+        self.stop_reason = stop_reason
+        super().__init__(until, stop_reason)
+
+
+@dataclass
+class Tally:
+    """What a run did, as it goes: the runs row is written from this."""
+    done: int = 0
+    failed: int = 0
+    deferred: int = 0
+    gave_up: int = 0
+    lost: int = 0  # outcomes dropped because another run had reclaimed the job
+    units: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    stages: dict[str, dict[str, int]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def stage(self, type_: str, **deltas: int) -> None:
+        row = self.stages.setdefault(type_, {"done": 0, "failed": 0, "deferred": 0})
+        for key, n in deltas.items():
+            row[key] = row.get(key, 0) + n
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.counts)
+        out["stages"] = self.stages
+        if self.gave_up:
+            out["gaveUp"] = self.gave_up
+        if self.lost:
+            out["lost"] = self.lost
+        if self.errors:
+            out["errors"] = self.errors[-10:]
+        return out
+
+
+@dataclass
+class Context:
+    """Handed to every handler: the database, the run, and a place to count things."""
+    db: Any  # an asyncpg pool, or the transaction's connection inside gave_up
+    run_id: uuid.UUID
+    trigger: str
+    settings: Any
+    deadline: float  # time.monotonic() at which the run stops claiming
+    tally: Tally
+
+    def time_left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def count(self, key: str, n: int = 1) -> None:
+        """Add to a count in the run's summary (pages fetched, contacts found, ...)."""
+        self.tally.counts[key] = self.tally.counts.get(key, 0) + n
+
+    def add_units(self, n: int) -> None:
+        """Record third-party quota units this run spent."""
+        self.tally.units += n
+
+    def with_db(self, db: Any) -> "Context":
+        return replace(self, db=db)

@@ -1,0 +1,9 @@
+-- Fail one stuck job. The WHERE repeats the stuck test, so of two sweeps racing
+-- for the same job exactly one gets the row back (and runs the gave_up hook).
+UPDATE jobs
+SET status = 'failed', finished_at = now(), locked_at = NULL,
+    last_error = concat_ws(E'\n', last_error, 'lease expired on the last attempt (the process holding it died or hung)')
+WHERE id = $1 AND type = $2 AND status = 'running'
+  AND locked_at < now() - make_interval(secs => $3)
+  AND attempts >= $4
+RETURNING id, type, payload, attempts, campaign_id, run_id, dedupe_key, created_at

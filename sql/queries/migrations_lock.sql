@@ -1,0 +1,2 @@
+-- One migrator at a time, across processes (released at transaction end).
+SELECT pg_advisory_xact_lock(hashtext('skiplock.migrate'))

@@ -1,0 +1,1 @@
+SELECT to_regclass('schema_migrations') IS NOT NULL
