@@ -1,0 +1,78 @@
+"""One real PostgreSQL for the whole test session.
+
+TEST_DATABASE_URL (or DATABASE_URL) names a server to use; otherwise an embedded
+server is started in a temporary folder and stopped at the end. Each test starts
+from empty tables."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from app.devdb import LocalPostgres
+from app.engine.db import connect, create_pool
+from app.engine.migrate import migrate
+
+TABLES = ["jobs", "job_lanes", "job_lane_hours", "runs", "campaigns", "subscriptions", "users"]
+
+
+def _admin_dsn_and_server():
+    url = os.environ.get("TEST_DATABASE_URL") or os.environ.get("DATABASE_URL")
+    if url:
+        return url, None
+    folder = Path(tempfile.mkdtemp(prefix="skiplock-test-"))
+    server = LocalPostgres(folder, fast=True)
+    port = server.start()
+    return server.dsn(port), (server, folder)
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    admin_dsn, owned = _admin_dsn_and_server()
+    yield admin_dsn
+    if owned:
+        server, folder = owned
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+async def dsn(pg_server):
+    """A fresh, migrated database for this session."""
+    admin = await asyncpg.connect(pg_server)
+    name = f"skiplock_test_{os.getpid()}"
+    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    base, _, _ = pg_server.rpartition("/")
+    url = f"{base}/{name}"
+    conn = await connect(url)
+    await migrate(conn)
+    await conn.close()
+    yield url
+    admin = await asyncpg.connect(pg_server)
+    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    await admin.close()
+
+
+@pytest.fixture(scope="session")
+async def pool(dsn):
+    p = await create_pool(dsn, size=20)
+    yield p
+    await p.close()
+
+
+@pytest.fixture(autouse=True)
+async def clean(request):
+    """Empty every table before each test that touches the database."""
+    if "pool" not in request.fixturenames and "dsn" not in request.fixturenames:
+        yield
+        return
+    p = request.getfixturevalue("pool")
+    await p.execute(f"TRUNCATE {', '.join(TABLES)} CASCADE")
+    yield
