@@ -70,7 +70,8 @@ WITH stale AS (
 )
 UPDATE jobs
 SET status = 'running', locked_at = now(), attempts = jobs.attempts + 1, run_id = $3
-FROM picked
-WHERE jobs.id = picked.id
+-- an id array, not a join: the planner cannot know `picked` is small and would
+-- otherwise hash-join it against the whole table, done history included
+WHERE jobs.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING jobs.id, jobs.type, jobs.payload, jobs.attempts, jobs.campaign_id, jobs.run_id,
           jobs.dedupe_key, jobs.created_at

@@ -1,0 +1,242 @@
+"""The loop: stage order, budget, deferral vs failure, stop reasons and the runs row."""
+
+from __future__ import annotations
+
+import asyncio
+
+from app import DeferJob, Stage, StopRun
+from app.engine import jobs as q
+from app.engine.jobs import NewJob
+from app.pipeline.loop import Pipeline
+from app.settings import load_settings
+from tests import factories as f
+
+SETTINGS = load_settings(database_url="postgresql://unused")
+
+
+def pipeline(pool, stages, **settings):
+    return Pipeline(pool, stages, load_settings(database_url="postgresql://unused", **settings))
+
+
+async def run_row(pool, run_id):
+    return await pool.fetchrow("SELECT * FROM runs WHERE id = $1", run_id)
+
+
+async def test_no_work_run_writes_its_row(pool):
+    async def never(job, ctx):
+        raise AssertionError("nothing to run")
+
+    result = await pipeline(pool, [Stage(type="t", handler=never)]).run("manual")
+    row = await run_row(pool, result.run_id)
+    assert row["stop_reason"] == "no_work" and row["trigger"] == "manual"
+    assert row["finished_at"] is not None and row["jobs_done"] == 0
+
+
+async def test_loop_restarts_from_the_first_stage_after_every_batch(pool):
+    order = []
+
+    async def extract(job, ctx):
+        order.append("extract")
+
+    async def crawl(job, ctx):
+        order.append("crawl")
+        await q.enqueue(ctx.db, NewJob(type="extract", payload={"from": job.payload["i"]}))
+
+    stages = [Stage(type="extract", handler=extract, batch=5), Stage(type="crawl", handler=crawl, batch=1)]
+    await f.jobs(pool, "crawl", 3)
+    result = await pipeline(pool, stages).run("manual")
+    # each crawl makes an extract, which runs before the next crawl: earlier stages win
+    assert order == ["crawl", "extract"] * 3
+    assert result.stop_reason == "no_work" and result.jobs_done == 6
+    assert result.summary["stages"] == {"crawl": {"done": 3, "failed": 0, "deferred": 0},
+                                        "extract": {"done": 3, "failed": 0, "deferred": 0}}
+
+
+async def test_handler_counts_land_in_the_summary(pool):
+    async def fetch(job, ctx):
+        ctx.count("pages_fetched")
+        ctx.count("contacts_found", 2)
+        ctx.add_units(3)
+
+    await f.jobs(pool, "t", 4)
+    result = await pipeline(pool, [Stage(type="t", handler=fetch, batch=2, concurrency=2)]).run("cron")
+    row = await run_row(pool, result.run_id)
+    assert row["summary"]["pages_fetched"] == 4 and row["summary"]["contacts_found"] == 8
+    assert row["quota_units"] == 12 and result.units == 12
+
+
+async def test_budget_stops_claiming_and_defers_unstarted_work(pool):
+    started = []
+
+    async def slow(job, ctx):
+        started.append(job.id)
+        await asyncio.sleep(0.2)
+
+    ids = await f.jobs(pool, "t", 20)
+    result = await pipeline(pool, [Stage(type="t", handler=slow, batch=5, concurrency=1)]).run(
+        "manual", budget=0.5)
+    assert result.stop_reason == "time_budget"
+    assert 2 <= len(started) < 20
+    rows = {r["id"]: r for r in await pool.fetch("SELECT * FROM jobs")}
+    assert {rows[i]["status"] for i in started} == {"done"}
+    others = [rows[i] for i in ids if i not in started]
+    # claimed but never started: back to pending with the attempt handed back
+    assert {r["status"] for r in others} == {"pending"} and {r["attempts"] for r in others} == {0}
+    assert result.jobs_deferred == sum(1 for r in others if r["run_id"] == result.run_id)
+    assert result.jobs_deferred >= 1
+
+
+async def test_budget_request_is_capped_by_the_setting(pool):
+    async def slow(job, ctx):
+        await asyncio.sleep(0.1)
+
+    await f.jobs(pool, "t", 50)
+    result = await pipeline(pool, [Stage(type="t", handler=slow, batch=1)],
+                            pipeline_budget_seconds=0.3).run("manual", budget=100)
+    assert result.stop_reason == "time_budget"
+    assert result.jobs_done <= 5
+
+
+async def test_deferral_is_not_a_failure(pool):
+    async def wait_for_quota(job, ctx):
+        raise DeferJob(3600)
+
+    [job_id] = await f.jobs(pool, "t", 1)
+    result = await pipeline(pool, [Stage(type="t", handler=wait_for_quota, max_attempts=1)]).run("cron")
+    row = await f.job_row(pool, job_id)
+    assert result.jobs_deferred == 1 and result.jobs_failed == 0
+    assert row["status"] == "pending" and row["attempts"] == 0
+    assert 3590 < (await pool.fetchval("SELECT extract(epoch FROM run_after - now()) FROM jobs")) <= 3600
+
+
+async def test_failure_is_retried_with_backoff_then_given_up_with_a_refund(pool):
+    refunds = []
+
+    async def broken(job, ctx):
+        raise ValueError("upstream said no")
+
+    async def refund(job, ctx):
+        refunds.append(job.id)
+
+    stages = [Stage(type="t", handler=broken, max_attempts=2, gave_up=refund)]
+    [job_id] = await f.jobs(pool, "t", 1)
+    first = await pipeline(pool, stages).run("cron")
+    row = await f.job_row(pool, job_id)
+    assert first.jobs_failed == 1 and row["status"] == "pending" and row["attempts"] == 1
+    assert row["last_error"] == "ValueError: upstream said no" and refunds == []
+    await pool.execute("UPDATE jobs SET run_after = now()")  # two minutes later
+    second = await pipeline(pool, stages).run("cron")
+    row = await f.job_row(pool, job_id)
+    assert second.jobs_failed == 1 and second.summary["gaveUp"] == 1
+    assert row["status"] == "failed" and refunds == [job_id]
+
+
+async def test_stage_timeout_is_a_failure_but_the_platform_limit_is_a_deferral(pool):
+    async def hangs(job, ctx):
+        await asyncio.sleep(30)
+
+    [job_id] = await f.jobs(pool, "t", 1)
+    stages = [Stage(type="t", handler=hangs, timeout=0.2)]
+    result = await pipeline(pool, stages).run("manual")
+    row = await f.job_row(pool, job_id)
+    assert result.jobs_failed == 1 and row["last_error"] == "timed out after 0.2s"
+
+    await pool.execute("UPDATE jobs SET run_after = now()")
+    stages = [Stage(type="t", handler=hangs, timeout=20)]
+    result = await pipeline(pool, stages).run("manual", hard_limit=0.3)
+    row = await f.job_row(pool, job_id)
+    assert result.jobs_deferred == 1 and result.jobs_failed == 0
+    assert row["status"] == "pending" and row["attempts"] == 1  # only the earlier failure counts
+
+
+async def test_batch_handler_reports_per_job_outcomes(pool):
+    async def extract(jobs, ctx):
+        return {jobs[0].id: RuntimeError("bad page"), jobs[1].id: DeferJob(60)}
+
+    ids = await f.jobs(pool, "t", 4)
+    result = await pipeline(pool, [Stage(type="t", batch_handler=extract, batch=10)]).run("manual")
+    statuses = {r["id"]: (r["status"], r["attempts"]) for r in await pool.fetch("SELECT * FROM jobs")}
+    assert statuses[ids[0]] == ("pending", 1) and statuses[ids[1]] == ("pending", 0)
+    assert statuses[ids[2]] == statuses[ids[3]] == ("done", 1)
+    assert (result.jobs_done, result.jobs_failed, result.jobs_deferred) == (2, 1, 1)
+
+
+async def test_quota_stop_ends_the_run_with_its_reason(pool):
+    seen = []
+
+    async def spend(job, ctx):
+        seen.append(job.id)
+        if len(seen) == 2:
+            raise StopRun("quota_exhausted", until=3600)
+
+    ids = await f.jobs(pool, "t", 6)
+    result = await pipeline(pool, [Stage(type="t", handler=spend, batch=3)]).run("cron")
+    row = await run_row(pool, result.run_id)
+    assert row["stop_reason"] == "quota_exhausted" and row["error"] is None
+    assert len(seen) == 2 and result.jobs_done == 1
+    statuses = {r["id"]: (r["status"], r["attempts"]) for r in await pool.fetch("SELECT * FROM jobs")}
+    assert statuses[ids[1]] == ("pending", 0)  # the job that hit the wall is deferred
+    assert statuses[ids[2]] == ("pending", 0)  # so is the rest of its batch
+    assert [statuses[i][0] for i in ids[3:]] == ["pending"] * 3
+
+
+async def test_reserve_stop_reason(pool):
+    async def spend(job, ctx):
+        raise StopRun("quota_reserve")
+
+    await f.jobs(pool, "t", 1)
+    result = await pipeline(pool, [Stage(type="t", handler=spend)]).run("cron")
+    assert result.stop_reason == "quota_reserve"
+
+
+async def test_an_engine_error_still_writes_the_runs_row(pool):
+    async def sabotage(job, ctx):
+        # a real database failure on the way out: completing any job now violates a constraint
+        await ctx.db.execute("ALTER TABLE jobs ADD CONSTRAINT no_done CHECK (status <> 'done') NOT VALID")
+
+    await f.jobs(pool, "t", 1)
+    try:
+        result = await pipeline(pool, [Stage(type="t", handler=sabotage)]).run("cron")
+    finally:
+        await pool.execute("ALTER TABLE jobs DROP CONSTRAINT IF EXISTS no_done")
+    row = await run_row(pool, result.run_id)
+    assert row["stop_reason"] == "error" and "no_done" in row["error"]
+    assert row["finished_at"] is not None
+
+
+async def test_a_killed_run_is_closed_as_an_error_by_the_next_run(pool):
+    abandoned = await f.run(pool, "cron")
+    await pool.execute("UPDATE runs SET started_at = now() - interval '1 hour' WHERE id = $1", abandoned)
+    await pipeline(pool, []).run("cron")
+    row = await run_row(pool, abandoned)
+    assert row["stop_reason"] == "error" and "without finishing" in row["error"]
+
+
+async def test_stuck_jobs_are_swept_at_the_start_of_a_run(pool):
+    refunds = []
+
+    async def refund(job, ctx):
+        refunds.append(job.id)
+
+    stage = Stage(type="t", handler=lambda j, c: None, lease=60, timeout=10, max_attempts=1, gave_up=refund)
+    [job_id] = await f.jobs(pool, "t", 1)
+    await q.claim(pool, stage.lease_terms, await f.run(pool), 1)
+    await f.age_lock(pool, job_id, 61)
+    result = await pipeline(pool, [stage]).run("cron")
+    assert refunds == [job_id] and result.summary["swept"] == 1
+    assert (await f.job_row(pool, job_id))["status"] == "failed"
+
+
+async def test_overlapping_runs_share_the_work_without_doubling_it(pool):
+    done = []
+
+    async def work(job, ctx):
+        done.append(job.id)
+        await asyncio.sleep(0.002)
+
+    ids = await f.jobs(pool, "t", 300)
+    stages = [Stage(type="t", handler=work, batch=10, concurrency=5)]
+    results = await asyncio.gather(*(pipeline(pool, stages).run("cron") for _ in range(3)))
+    assert sorted(done) == sorted(ids)
+    assert sum(r.jobs_done for r in results) == 300
+    assert all(r.jobs_done > 0 for r in results)
