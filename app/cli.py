@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     except (CliError, SettingsError, StageConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        print(f"error: database: {exc}", file=sys.stderr)
+        print(f"error: database unreachable or failing: {exc}", file=sys.stderr)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
     return 2

@@ -38,8 +38,10 @@ def load_settings(**overrides) -> Settings:
         return Settings(**overrides)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "settings"
-        raise SettingsError(f"bad setting {where.upper()}: {first['msg']}") from None
+        message = first["msg"].removeprefix("Value error, ")
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise SettingsError(f"bad setting {where.upper()}: {message}" if where
+                            else f"bad settings: {message}") from None
 
 
 @lru_cache

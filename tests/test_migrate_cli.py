@@ -1,0 +1,114 @@
+"""Migrations (twice, and two at once) and the CLI's answers to good and bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import asyncpg
+import pytest
+
+from app.engine.db import connect
+from app.engine.migrate import migrate, pending_migrations
+from app.engine.queries import migrations
+
+
+@pytest.fixture
+async def empty_db(pg_server):
+    admin = await asyncpg.connect(pg_server)
+    name = f"skiplock_empty_{uuid.uuid4().hex[:8]}"
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    base = pg_server.rpartition("/")[0]
+    yield f"{base}/{name}"
+    await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    await admin.close()
+
+
+async def test_migrate_twice_and_from_two_processes_at_once(empty_db):
+    conns = [await connect(empty_db) for _ in range(3)]
+    assert await pending_migrations(conns[0]) == [v for v, _ in migrations()]
+    results = await asyncio.gather(*(migrate(c) for c in conns))
+    applied = [v for r in results for v in r]
+    assert sorted(applied) == sorted(v for v, _ in migrations())  # each applied exactly once
+    assert await migrate(conns[0]) == []
+    assert await pending_migrations(conns[0]) == []
+    for c in conns:
+        await c.close()
+
+
+def cli(*args, env=None, dsn=None):
+    full_env = {**os.environ, **(env or {})}
+    if dsn:
+        full_env["DATABASE_URL"] = dsn
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True,
+                          env=full_env, timeout=60)
+
+
+def one_line_error(result, needle):
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+async def test_cli_enqueue_then_run_once(dsn, pool):
+    first = cli("enqueue", "echo", "--payload", '{"message": "hi"}', "--dedupe-key", "greet", dsn=dsn)
+    assert first.returncode == 0, first.stderr
+    job_id = json.loads(first.stdout)["id"]
+    again = json.loads(cli("enqueue", "echo", "--dedupe-key", "greet", dsn=dsn).stdout)
+    assert again == {"id": None, "deduplicated": True}
+    later = json.loads(cli("enqueue", "echo", "--in", "3600", dsn=dsn).stdout)
+    wait = await pool.fetchval("SELECT extract(epoch FROM run_after - now()) FROM jobs WHERE id = $1",
+                               uuid.UUID(later["id"]))
+    assert 3500 < wait <= 3600
+    run = cli("run-once", "--budget", "5", dsn=dsn)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["stopReason"] == "no_work" and summary["jobsDone"] == 1
+    assert summary["summary"]["echoed"] == 1
+    row = await pool.fetchrow("SELECT status, run_id FROM jobs WHERE id = $1", uuid.UUID(job_id))
+    assert row["status"] == "done" and str(row["run_id"]) == summary["runId"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["enqueue", "nope"], "unknown job type 'nope'"),
+    (["enqueue", "echo", "--payload", "{oops"], "--payload is not valid JSON"),
+    (["enqueue", "echo", "--payload", "[1, 2]"], "must be a JSON object"),
+    (["enqueue", "echo", "--campaign", "42"], "is not a campaign id"),
+    (["enqueue", "echo", "--campaign", str(uuid.UUID(int=7))], "no campaign with id"),
+    (["enqueue", "echo", "--in", "-5"], "--in must be zero or more"),
+    (["run-once", "--budget", "0"], "--budget must be a positive"),
+])
+async def test_cli_bad_input_is_one_readable_line(dsn, args, needle):
+    one_line_error(cli(*args, dsn=dsn), needle)
+
+
+@pytest.mark.parametrize("env, needle", [
+    ({"PIPELINE_BUDGET_SECONDS": "soon"}, "PIPELINE_BUDGET_SECONDS"),
+    ({"PIPELINE_BUDGET_SECONDS": "400"}, "must fit inside PLATFORM_LIMIT_SECONDS"),
+    ({"PIPELINE_STAGES": "nowhere.at.all:STAGES"}, "cannot import 'nowhere.at.all'"),
+    ({"PIPELINE_STAGES": "app.stages:MISSING"}, "has no 'MISSING'"),
+    ({"PIPELINE_STAGES": "app.plans:PLANS"}, "is not a Stage"),
+])
+async def test_cli_bad_settings_are_one_readable_line(dsn, env, needle):
+    one_line_error(cli("run-once", env=env, dsn=dsn), needle)
+
+
+def test_cli_unreachable_database_is_one_line():
+    one_line_error(cli("migrate", dsn="postgresql://nobody@127.0.0.1:1/none"), "database")
+
+
+async def test_own_stage_list_from_pipeline_stages(dsn, pool, tmp_path):
+    (tmp_path / "mystages.py").write_text(
+        "from app import Stage\n"
+        "async def shout(job, ctx):\n"
+        "    ctx.count('shouted', len(job.payload['text']))\n"
+        "STAGES = [Stage(type='shout', handler=shout)]\n")
+    env = {"PIPELINE_STAGES": "mystages:STAGES", "PYTHONPATH": str(tmp_path)}
+    assert cli("enqueue", "shout", "--payload", '{"text": "abc"}', env=env, dsn=dsn).returncode == 0
+    summary = json.loads(cli("run-once", env=env, dsn=dsn).stdout)
+    assert summary["summary"]["shouted"] == 3 and summary["jobsDone"] == 1
