@@ -41,7 +41,7 @@ async def test_migrate_twice_and_from_two_processes_at_once(empty_db):
 
 
 def cli(*args, env=None, dsn=None):
-    full_env = {**os.environ, **(env or {})}
+    full_env = {**os.environ, "PIPELINE_STAGES": "tests.sample_stages:STAGES", **(env or {})}
     if dsn:
         full_env["DATABASE_URL"] = dsn
     return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True,
@@ -91,7 +91,7 @@ async def test_cli_bad_input_is_one_readable_line(dsn, args, needle):
     ({"PIPELINE_BUDGET_SECONDS": "soon"}, "PIPELINE_BUDGET_SECONDS"),
     ({"PIPELINE_BUDGET_SECONDS": "400"}, "must fit inside PLATFORM_LIMIT_SECONDS"),
     ({"PIPELINE_STAGES": "nowhere.at.all:STAGES"}, "cannot import 'nowhere.at.all'"),
-    ({"PIPELINE_STAGES": "app.stages:MISSING"}, "has no 'MISSING'"),
+    ({"PIPELINE_STAGES": "tests.sample_stages:MISSING"}, "has no 'MISSING'"),
     ({"PIPELINE_STAGES": "app.plans:PLANS"}, "is not a Stage"),
 ])
 async def test_cli_bad_settings_are_one_readable_line(dsn, env, needle):
@@ -108,7 +108,7 @@ async def test_own_stage_list_from_pipeline_stages(dsn, pool, tmp_path):
         "async def shout(job, ctx):\n"
         "    ctx.count('shouted', len(job.payload['text']))\n"
         "STAGES = [Stage(type='shout', handler=shout)]\n")
-    env = {"PIPELINE_STAGES": "mystages:STAGES", "PYTHONPATH": str(tmp_path)}
+    env = {"PIPELINE_STAGES": "mystages:STAGES", "PYTHONPATH": f"{tmp_path}:{os.getcwd()}"}
     assert cli("enqueue", "shout", "--payload", '{"text": "abc"}', env=env, dsn=dsn).returncode == 0
     summary = json.loads(cli("run-once", env=env, dsn=dsn).stdout)
     assert summary["summary"]["shouted"] == 3 and summary["jobsDone"] == 1

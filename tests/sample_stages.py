@@ -1,0 +1,11 @@
+"""A stage list for CLI tests (PIPELINE_STAGES=tests.sample_stages:STAGES)."""
+
+from app import Job, Stage
+from app.pipeline.stage import Context
+
+
+async def echo(job: Job, ctx: Context) -> None:
+    ctx.count("echoed")
+
+
+STAGES = [Stage(type="echo", handler=echo, batch=25, concurrency=5, lease=60, timeout=10)]
