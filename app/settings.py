@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -22,6 +23,43 @@ class Settings(BaseSettings):
     finish_margin_seconds: float = Field(
         10.0, ge=0, description="kept free before the platform limit for recording the run")
     db_pool_size: int = Field(10, ge=1, le=200)
+
+    # Maintenance, notifications and the long-running worker.
+    run_scheduler: bool = Field(
+        True, description="this deployment enqueues the recurring maintenance ticks (safe on several at once)")
+    job_retention_hours: float = Field(168.0, gt=0, description="finished jobs older than this are pruned")
+    webhook_url: str | None = Field(None, description="where notifications go when the account has no URL of its own")
+    webhook_secret: SecretStr | None = Field(None, description="signs webhook bodies; unset: no notifications")
+    worker_run_seconds: float = Field(300.0, gt=0, description="a worker records one runs row per this long")
+    worker_poll_seconds: float = Field(5.0, gt=0, description="a waiting worker looks for due work this often")
+    worker_grace_seconds: float = Field(
+        20.0, ge=0, description="on SIGTERM, in-flight jobs get this long before they are deferred")
+
+    # Serving: the HTTP endpoint, the Lambda entry point and `make run`.
+    cron_secret: SecretStr | None = Field(
+        None, description="bearer token /cron/pipeline requires; unset: the route answers 503 (but see LOCAL_DEV)")
+    local_dev: bool = Field(
+        False, description="local dev mode: without CRON_SECRET the cron route is open, and an unset "
+                           "DATABASE_URL starts the embedded server")
+    lambda_safety_margin_seconds: float = Field(
+        60.0, ge=0, description="in Lambda, the budget is at most the remaining time minus this")
+    local_tick_seconds: float = Field(
+        300.0, ge=0, description="`make run` runs the pipeline this often, like the schedule; 0: never")
+    local_data_dir: str = Field(".data", description="`make run`: where the embedded PostgreSQL keeps its data")
+    local_host: str = Field("127.0.0.1", description="`make run`: the address uvicorn listens on")
+    local_port: int = Field(8000, ge=1, le=65535, description="`make run`: the port uvicorn listens on")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="JSON log lines at this level and above")
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value):
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("cron_secret", mode="before")
+    @classmethod
+    def _blank_secret_is_unset(cls, value):
+        return None if isinstance(value, str) and not value.strip() else value
 
     @model_validator(mode="after")
     def _budget_fits(self) -> "Settings":

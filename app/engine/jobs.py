@@ -21,6 +21,7 @@ class Job:
     attempts: int
     campaign_id: uuid.UUID | None
     run_id: uuid.UUID | None
+    batch_id: uuid.UUID | None = None
     dedupe_key: str | None = None
     created_at: datetime | None = None
 
@@ -29,7 +30,8 @@ class Job:
         return cls(**{f: row[f] for f in _JOB_FIELDS})
 
 
-_JOB_FIELDS = ("id", "type", "payload", "attempts", "campaign_id", "run_id", "dedupe_key", "created_at")
+_JOB_FIELDS = ("id", "type", "payload", "attempts", "campaign_id", "run_id", "batch_id", "dedupe_key",
+               "created_at")
 
 
 @dataclass
@@ -40,6 +42,8 @@ class NewJob:
     dedupe_key: str | None = None
     campaign_id: uuid.UUID | None = None
     run_after: datetime | None = None
+    batch_id: uuid.UUID | None = None
+    total: int | None = None  # expected units of work, for a progress bar
 
 
 @dataclass
@@ -52,17 +56,22 @@ class Lease:
 
 async def enqueue(db, job: NewJob) -> uuid.UUID | None:
     """Insert one job; None when an open job with the same dedupe key exists."""
-    return await db.fetchval(
-        query("enqueue"), job.type, job.payload, job.dedupe_key, job.campaign_id, job.run_after)
+    return await db.fetchval(query("enqueue"), job.type, job.payload, job.dedupe_key,
+                             job.campaign_id, job.run_after, job.batch_id, job.total)
 
 
 async def enqueue_many(db, jobs: Sequence[NewJob]) -> list[uuid.UUID]:
     """Insert many jobs in one statement; returns the ids of those not deduplicated."""
-    rows = await db.fetch(
+    return [r["id"] for r in await enqueue_many_rows(db, jobs)]
+
+
+async def enqueue_many_rows(db, jobs: Sequence[NewJob]) -> list[asyncpg.Record]:
+    """Like enqueue_many, returning (id, type) of each inserted job."""
+    return await db.fetch(
         query("enqueue_many"),
         [j.type for j in jobs], [j.payload for j in jobs], [j.dedupe_key for j in jobs],
-        [j.campaign_id for j in jobs], [j.run_after for j in jobs])
-    return [r["id"] for r in rows]
+        [j.campaign_id for j in jobs], [j.run_after for j in jobs], [j.batch_id for j in jobs],
+        [j.total for j in jobs])
 
 
 async def claim(db, lease: Lease, run_id: uuid.UUID, limit: int) -> list[Job]:

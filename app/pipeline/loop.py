@@ -10,12 +10,14 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from app.engine import jobs as q
 from app.engine.jobs import Job
 from app.engine.runs import finish_run, start_run
-from app.pipeline.maintenance import start_of_run
+from app.pipeline import notifications
+from app.pipeline.maintenance import maintenance_stage, start_of_run
+from app.pipeline.registry import check_stages
 from app.pipeline.stage import Context, DeferJob, Stage, StopRun, Tally
 from app.settings import Settings, get_settings
 
@@ -75,37 +77,62 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:4000]
 
 
+IdleWait = Callable[[float], Awaitable[None]]
+
+
 class Pipeline:
-    """One invocation's worth of work over an ordered list of stages."""
+    """One invocation's worth of work over an ordered list of stages.
+
+    The pipeline's own stages come first: `maintenance` (recurring housekeeping) and
+    `notify` (webhook deliveries). Both are small and rare, and must not starve behind
+    a backlog of user work."""
 
     def __init__(self, pool, stages: list[Stage], settings: Settings | None = None) -> None:
+        check_stages(stages)
         self.pool = pool
-        self.stages = stages
         self.settings = settings or get_settings()
+        own = [notifications.NOTIFY_STAGE, *stages]
+        self.stages = [maintenance_stage(own), *own]
+        self._stopping = False
+        self._budget_deadline = 0.0
+        self._timeouts: set[asyncio.Timeout] = set()
+        self._wake = asyncio.Event()
 
-    async def run(self, trigger: str, budget: float | None = None,
-                  hard_limit: float | None = None) -> RunResult:
+    def stop(self, grace: float) -> None:
+        """Stop claiming now; in-flight handlers get `grace` seconds, then are deferred."""
+        self._stopping = True
+        self._budget_deadline = min(self._budget_deadline, time.monotonic())
+        cutoff = asyncio.get_running_loop().time() + grace
+        for tm in self._timeouts:
+            if tm.when() is None or tm.when() > cutoff:
+                tm.reschedule(cutoff)
+        self._wake.set()
+
+    async def run(self, trigger: str, budget: float | None = None, hard_limit: float | None = None,
+                  idle: IdleWait | None = None) -> RunResult:
         """Run until no work, the budget, a quota stop or an error; return the summary.
 
         budget: seconds to keep claiming (capped by PIPELINE_BUDGET_SECONDS).
         hard_limit: seconds until the host kills us, minus what recording needs;
-        no handler runs past it (default PLATFORM_LIMIT - FINISH_MARGIN)."""
+        no handler runs past it (default PLATFORM_LIMIT - FINISH_MARGIN).
+        idle: for a long-running worker: when no stage has work, await idle(seconds)
+        (woken early by new work) and keep going until the budget is spent."""
         s = self.settings
         started = time.monotonic()
         budget = s.pipeline_budget_seconds if budget is None else min(budget, s.pipeline_budget_seconds)
         if hard_limit is None:
             hard_limit = s.platform_limit_seconds - s.finish_margin_seconds
-        budget_deadline = started + min(budget, hard_limit)
+        self._budget_deadline = started + min(budget, hard_limit)
         hard_deadline = started + hard_limit
 
         run_id = await start_run(self.pool, trigger)
         tally = Tally()
         ctx = Context(db=self.pool, run_id=run_id, trigger=trigger, settings=s,
-                      deadline=budget_deadline, tally=tally)
+                      deadline=self._budget_deadline, tally=tally)
         stop_reason, error = "no_work", None
         try:
-            await start_of_run(self.pool, self.stages, ctx, s.platform_limit_seconds)
-            stop_reason = await self._loop(ctx, budget_deadline, hard_deadline)
+            await start_of_run(self.pool, self.stages, ctx)
+            stop_reason = await self._loop(ctx, hard_deadline, idle)
         except Exception as exc:
             stop_reason, error = "error", _error_text(exc)
             log.exception("run %s failed", run_id)
@@ -123,51 +150,66 @@ class Pipeline:
                              "units": result.units, "error": error}))
         return result
 
-    async def _loop(self, ctx: Context, budget_deadline: float, hard_deadline: float) -> str:
+    async def _loop(self, ctx: Context, hard_deadline: float, idle: IdleWait | None) -> str:
         while True:
-            if time.monotonic() >= budget_deadline:
+            if time.monotonic() >= self._budget_deadline:
                 return "time_budget"
             for stage in self.stages:  # earlier stages win
                 claimed = await q.claim(self.pool, stage.lease_terms, ctx.run_id, stage.batch)
                 if claimed:
                     break
             else:
-                return "no_work"
-            stop = await self._run_batch(stage, claimed, ctx, budget_deadline, hard_deadline)
+                if idle is None or self._stopping:
+                    return "time_budget" if self._stopping else "no_work"
+                self._wake.clear()
+                wait = self._budget_deadline - time.monotonic()
+                if wait > 0:
+                    await idle(wait)
+                continue
+            stop = await self._run_batch(stage, claimed, ctx, hard_deadline)
             if stop:
                 return stop
 
     async def _run_batch(self, stage: Stage, jobs: list[Job], ctx: Context,
-                         budget_deadline: float, hard_deadline: float) -> str | None:
+                         hard_deadline: float) -> str | None:
         out = _Outcomes()
         if stage.batch_handler is not None:
             await self._call_batch(stage, jobs, ctx, out, hard_deadline)
         elif stage.concurrency == 1 or len(jobs) == 1:
             for job in jobs:
-                await self._call_one(stage, job, ctx, out, budget_deadline, hard_deadline)
+                await self._call_one(stage, job, ctx, out, hard_deadline)
         else:
             gate = asyncio.Semaphore(stage.concurrency)
 
             async def one(job: Job) -> None:
                 async with gate:
-                    await self._call_one(stage, job, ctx, out, budget_deadline, hard_deadline)
+                    await self._call_one(stage, job, ctx, out, hard_deadline)
             await asyncio.gather(*(one(j) for j in jobs))
         await self._apply(stage, out, ctx)
         return out.stop_reason
 
+    async def _guarded(self, limit: float, call: Awaitable[Any]) -> Any:
+        """Await a handler under its time limit; stop() can shorten the limit."""
+        async with asyncio.timeout(limit) as tm:
+            self._timeouts.add(tm)
+            try:
+                return await call
+            finally:
+                self._timeouts.discard(tm)
+
     async def _call_one(self, stage: Stage, job: Job, ctx: Context, out: _Outcomes,
-                        budget_deadline: float, hard_deadline: float) -> None:
+                        hard_deadline: float) -> None:
         now = time.monotonic()
         # Out of time (or the run is stopping): not started, so deferred, not failed.
-        if out.stop_reason or now >= budget_deadline:
+        if out.stop_reason or now >= self._budget_deadline:
             out.defer_now(job)
             return
         limit = min(stage.timeout, hard_deadline - now)
         try:
-            async with asyncio.timeout(limit):
-                await stage.handler(job, ctx)
+            await self._guarded(limit, stage.handler(job, ctx))
         except TimeoutError:
-            if limit < stage.timeout:  # cut by the platform limit, not by its own timeout
+            # cut by the platform limit or a shutdown, not by its own timeout: deferred
+            if self._stopping or limit < stage.timeout:
                 out.defer_now(job)
             else:
                 out.record(job, TimeoutError(f"timed out after {stage.timeout:g}s"))
@@ -178,13 +220,16 @@ class Pipeline:
 
     async def _call_batch(self, stage: Stage, jobs: list[Job], ctx: Context, out: _Outcomes,
                           hard_deadline: float) -> None:
+        if self._stopping or time.monotonic() >= self._budget_deadline:
+            for job in jobs:
+                out.defer_now(job)
+            return
         limit = min(stage.timeout, hard_deadline - time.monotonic())
         try:
-            async with asyncio.timeout(limit):
-                problems = await stage.batch_handler(jobs, ctx) or {}
+            problems = await self._guarded(limit, stage.batch_handler(jobs, ctx)) or {}
         except TimeoutError:
             for job in jobs:
-                if limit < stage.timeout:
+                if self._stopping or limit < stage.timeout:
                     out.defer_now(job)
                 else:
                     out.record(job, TimeoutError(f"timed out after {stage.timeout:g}s"))
@@ -206,6 +251,8 @@ class Pipeline:
                     final = row is not None and row["status"] == "failed"
                     if final and stage.gave_up is not None:
                         await stage.gave_up(job, ctx.with_db(conn))
+                    if final:
+                        await notifications.job_gave_up(conn, self.settings, job, error)
             except Exception as exc:
                 # Rolled back: the job stays held until its lease expires, and then the
                 # stuck sweep fails it and calls the hook again.
@@ -217,15 +264,18 @@ class Pipeline:
             failed += 1
             gave_up += final
         t.lost += (len(out.done) - len(done)) + (len(out.deferred) - len(deferred))
+        t.stage(stage.type, done=len(done), failed=failed, deferred=len(deferred))
+        if stage.internal:
+            return
         t.done += len(done)
         t.deferred += len(deferred)
         t.failed += failed
         t.gave_up += gave_up
-        t.stage(stage.type, done=len(done), failed=failed, deferred=len(deferred))
         log.info(json.dumps({"event": "batch", "runId": str(ctx.run_id), "stage": stage.type,
                              "done": len(done), "failed": failed, "deferred": len(deferred)}))
 
 
 async def run_pipeline(pool, stages: list[Stage], *, trigger: str, budget: float | None = None,
                        settings: Settings | None = None, hard_limit: float | None = None) -> RunResult:
+    """One run over `stages` (the user's list; the pipeline adds its own stages first)."""
     return await Pipeline(pool, stages, settings).run(trigger, budget, hard_limit)

@@ -1,22 +1,34 @@
-"""Housekeeping at the start of every run: close killed runs, age the fairness
-counters, and fail jobs stuck on their last attempt (calling gave_up once each)."""
+"""Housekeeping, declared in one place (RECURRING) with an interval each.
+
+At the start of every run the scheduler enqueues each task whose period has no tick yet
+(once per period however many schedulers run: see sql/queries/recurring_tick.sql); the
+`maintenance` stage, first in every run, carries them out. Reconciling batches also
+happens directly at the start of every run, since a finished batch should not wait."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from typing import Awaitable, Callable
 
+from app.engine import batches
 from app.engine import jobs as q
+from app.engine.queries import query
 from app.engine.runs import close_abandoned_runs
+from app.pipeline import notifications
 from app.pipeline.stage import Context, Stage
 
 log = logging.getLogger("skiplock.maintenance")
+
+PRUNE_BATCH = 1000
+MAINTENANCE_TYPE = "maintenance"
 
 
 async def sweep_stuck(pool, stages: list[Stage], ctx: Context) -> int:
     """Fail each job whose holder died on its last attempt, and hand it to gave_up.
 
-    One transaction per job: the failure and the hook (a refund) commit together or
-    not at all. A hook that raises leaves the job stuck, so the next sweep tries again."""
+    One transaction per job: the failure, the hook (a refund) and the notification commit
+    together or not at all. A hook that raises leaves the job stuck for the next sweep."""
     swept = 0
     for stage in stages:
         for job_id in await q.stuck_candidates(pool, stage.lease_terms):
@@ -27,18 +39,90 @@ async def sweep_stuck(pool, stages: list[Stage], ctx: Context) -> int:
                         continue  # another sweep got it first
                     if stage.gave_up is not None:
                         await stage.gave_up(job, ctx.with_db(conn))
+                    await notifications.job_gave_up(conn, ctx.settings, job, "lease expired on the last attempt")
                 swept += 1
                 ctx.tally.gave_up += 1
-            except Exception as exc:  # the hook failed: the job stays stuck, retried next sweep
+            except Exception as exc:
                 ctx.tally.errors.append(f"gave_up({stage.type} {job_id}): {type(exc).__name__}: {exc}")
                 log.warning("gave_up hook failed for %s job %s: %s", stage.type, job_id, exc)
+    if swept:
+        ctx.count("swept", swept)
     return swept
 
 
-async def start_of_run(pool, stages: list[Stage], ctx: Context, platform_limit: float) -> None:
-    # A run row still open after twice the platform limit was killed mid-way.
-    await close_abandoned_runs(pool, platform_limit * 2)
+async def reconcile_batches(pool, stages: list[Stage], ctx: Context) -> int:
+    """Batches take their status from their children; finished ones notify their owner."""
+    async with pool.acquire() as conn, conn.transaction():
+        changed = await batches.reconcile(conn)
+        for row in changed:
+            if row["finished"]:
+                await notifications.batch_finished(conn, ctx.settings, row["id"], row["campaign_id"],
+                                                   row["status"])
+    finished = sum(1 for r in changed if r["finished"])
+    if finished:
+        ctx.count("batches_finished", finished)
+    return len(changed)
+
+
+async def expire_served(pool, stages: list[Stage], ctx: Context) -> int:
     await q.expire_served(pool)
-    swept = await sweep_stuck(pool, stages, ctx)
-    if swept:
-        ctx.count("swept", swept)
+    return 0
+
+
+async def prune_finished(pool, stages: list[Stage], ctx: Context) -> int:
+    """Delete finished jobs past the retention, a bounded batch per statement."""
+    pruned = 0
+    while ctx.time_left() > 1:
+        status = await pool.execute(query("prune_finished"), ctx.settings.job_retention_hours, PRUNE_BATCH)
+        n = int(status.split()[-1])
+        pruned += n
+        if n < PRUNE_BATCH:
+            break
+    await pool.fetchval(query("prune_bookkeeping"))
+    if pruned:
+        ctx.count("pruned", pruned)
+    return pruned
+
+
+@dataclass(frozen=True)
+class Recurring:
+    task: str
+    every: float  # seconds
+    run: Callable[[object, list[Stage], Context], Awaitable[int]]
+
+
+RECURRING = (
+    Recurring("sweep_stuck", 60, sweep_stuck),
+    Recurring("reconcile_batches", 60, reconcile_batches),
+    Recurring("expire_served", 600, expire_served),
+    Recurring("prune_finished", 3600, prune_finished),
+)
+_BY_TASK = {r.task: r for r in RECURRING}
+
+
+async def schedule_due(pool) -> list[str]:
+    """Enqueue the recurring tasks whose current period has not been ticked yet."""
+    rows = await pool.fetch(query("recurring_tick"), [r.task for r in RECURRING],
+                            [float(r.every) for r in RECURRING])
+    return [r["task"] for r in rows]
+
+
+def maintenance_stage(stages: list[Stage]) -> Stage:
+    """The stage that carries out recurring tasks, over the pipeline's own stage list."""
+
+    async def run_task(job, ctx: Context) -> None:
+        task = _BY_TASK.get(job.payload.get("task"))
+        if task is None:
+            raise ValueError(f"unknown maintenance task {job.payload.get('task')!r}")
+        await task.run(ctx.db, stages, ctx)
+
+    return Stage(type=MAINTENANCE_TYPE, handler=run_task, batch=len(RECURRING), lease=600,
+                 timeout=120, max_attempts=3, internal=True)
+
+
+async def start_of_run(pool, stages: list[Stage], ctx: Context) -> None:
+    # A run row still open after twice the platform limit was killed mid-way.
+    await close_abandoned_runs(pool, ctx.settings.platform_limit_seconds * 2)
+    await reconcile_batches(pool, stages, ctx)
+    if ctx.settings.run_scheduler:
+        await schedule_due(pool)

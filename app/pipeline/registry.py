@@ -29,11 +29,16 @@ def load_stages(spec: str) -> list[Stage]:
     return stages
 
 
+RESERVED_TYPES = ("maintenance", "notify")  # the pipeline's own stages
+
+
 def check_stages(stages: list, where: str = "stages") -> None:
-    seen = set()
+    seen = set(RESERVED_TYPES)
     for stage in stages:
         if not isinstance(stage, Stage):
             raise StageConfigError(f"{where}: {stage!r} is not a Stage")
+        if stage.type in RESERVED_TYPES:
+            raise StageConfigError(f"{where}: the type {stage.type!r} is the pipeline's own; rename the stage")
         if stage.type in seen:
             raise StageConfigError(f"{where}: two stages have the type {stage.type!r}")
         seen.add(stage.type)

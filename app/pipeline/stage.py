@@ -39,6 +39,7 @@ class Stage:
     max_attempts: int = 3
     timeout: float | timedelta = 60.0
     gave_up: GaveUpHook | None = None
+    internal: bool = False  # housekeeping: counted in the summary, not in jobs_done/failed
 
     def __post_init__(self) -> None:
         if not self.type or not isinstance(self.type, str):

@@ -73,5 +73,5 @@ SET status = 'running', locked_at = now(), attempts = jobs.attempts + 1, run_id 
 -- an id array, not a join: the planner cannot know `picked` is small and would
 -- otherwise hash-join it against the whole table, done history included
 WHERE jobs.id = ANY (ARRAY(SELECT id FROM picked))
-RETURNING jobs.id, jobs.type, jobs.payload, jobs.attempts, jobs.campaign_id, jobs.run_id,
+RETURNING jobs.id, jobs.type, jobs.payload, jobs.attempts, jobs.campaign_id, jobs.run_id, jobs.batch_id,
           jobs.dedupe_key, jobs.created_at

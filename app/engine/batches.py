@@ -1,0 +1,80 @@
+"""Batches: a person's request for a set of work on one campaign, and its status
+derived from its children."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from app.engine.jobs import NewJob, enqueue_many_rows
+from app.engine.queries import query
+
+
+class CampaignNotFound(Exception):
+    pass
+
+
+@dataclass
+class BatchRequest:
+    type: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    total: int | None = None
+
+
+@dataclass
+class BatchOutcome:
+    batch_id: uuid.UUID | None            # None: every requested type was already in flight
+    created: dict[str, uuid.UUID]         # type -> new job id
+    skipped: dict[str, uuid.UUID]         # type -> the open job that made it a duplicate
+
+
+async def create_batch(pool, campaign_id: uuid.UUID, requests: list[BatchRequest]) -> BatchOutcome:
+    """One job per requested type, skipping types with an open job in the campaign.
+
+    Requests for one campaign are serialised by an advisory lock, so two identical
+    requests at once create one set of jobs."""
+    by_type: dict[str, BatchRequest] = {}
+    for r in requests:
+        by_type.setdefault(r.type, r)  # one job per type: the first asked wins
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(query("campaign_lock"), campaign_id)
+        if await conn.fetchval(query("campaign_status"), campaign_id) is None:
+            raise CampaignNotFound(campaign_id)
+        open_rows = await conn.fetch(query("open_jobs_of_types"), campaign_id, list(by_type))
+        skipped = {r["type"]: r["id"] for r in open_rows}
+        wanted = [r for t, r in by_type.items() if t not in skipped]
+        if not wanted:
+            return BatchOutcome(None, {}, skipped)
+        batch_id = await conn.fetchval(query("batch_insert"), campaign_id)
+        rows = await enqueue_many_rows(conn, [
+            NewJob(type=r.type, payload=r.payload, campaign_id=campaign_id, batch_id=batch_id,
+                   total=r.total) for r in wanted])
+        return BatchOutcome(batch_id, {r["type"]: r["id"] for r in rows}, skipped)
+
+
+async def get_batch(db, batch_id: uuid.UUID) -> asyncpg.Record | None:
+    return await db.fetchrow(query("batch_get"), batch_id)
+
+
+async def batch_jobs(db, batch_id: uuid.UUID) -> list[asyncpg.Record]:
+    return await db.fetch(query("batch_jobs"), batch_id)
+
+
+async def cancel_batch(db, batch_id: uuid.UUID) -> tuple[bool, int]:
+    """(whether an open batch was cancelled, how many unstarted jobs it took down)."""
+    row = await db.fetchrow(query("batch_cancel"), batch_id)
+    return row["cancelled"], row["jobs_cancelled"]
+
+
+async def reconcile(db) -> list[asyncpg.Record]:
+    """Move open batches to the status their children say; returns the batches changed
+    (`finished` is true for those that reached a final status just now)."""
+    return await db.fetch(query("reconcile_batches"))
+
+
+async def report_progress(db, run_id: uuid.UUID, job_id: uuid.UUID, progress: int,
+                          total: int | None = None) -> None:
+    await db.execute(query("job_progress"), job_id, progress, total, run_id)

@@ -1,0 +1,94 @@
+"""Webhook notifications when a batch finishes or a job fails for good.
+
+Each notification is a `notify` job, enqueued in the same transaction as the change it
+reports, so delivery gets retries, backoff and dedupe from the queue itself. Dormant
+unless WEBHOOK_SECRET is set and a URL is known (the account's, else WEBHOOK_URL).
+
+Receivers check `X-Skiplock-Signature: sha256=<hex>`, the HMAC-SHA256 with the secret of
+`<X-Skiplock-Timestamp>.<raw body>`."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+
+from app.engine.jobs import Job, NewJob, enqueue
+from app.engine.queries import query
+from app.pipeline.stage import Context, DeferJob, Stage
+
+NOTIFY_TYPE = "notify"
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+async def _enqueue(db, settings, campaign_id: uuid.UUID | None, event: str, key: str,
+                   data: dict[str, Any]) -> uuid.UUID | None:
+    if settings is None or settings.webhook_secret is None:
+        return None
+    url = await db.fetchval(query("owner_webhook"), campaign_id) if campaign_id else None
+    url = url or settings.webhook_url
+    if not url:
+        return None
+    return await enqueue(db, NewJob(type=NOTIFY_TYPE, dedupe_key=f"notify:{event}:{key}",
+                                    payload={"url": url, "event": event, "data": data}))
+
+
+async def job_gave_up(db, settings, job: Job, error: str) -> None:
+    if job.type == NOTIFY_TYPE:
+        return  # a notification that cannot be delivered is not itself notified
+    await _enqueue(db, settings, job.campaign_id, "job.failed", str(job.id), {
+        "jobId": str(job.id), "type": job.type, "campaignId": str(job.campaign_id or "") or None,
+        "batchId": str(job.batch_id) if job.batch_id else None, "attempts": job.attempts,
+        "error": error})
+
+
+async def batch_finished(db, settings, batch_id: uuid.UUID, campaign_id: uuid.UUID, status: str) -> None:
+    await _enqueue(db, settings, campaign_id, "batch.finished", str(batch_id), {
+        "batchId": str(batch_id), "campaignId": str(campaign_id), "status": status})
+
+
+def _retry_after(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    if value.strip().isdigit():
+        return datetime.now(timezone.utc) + timedelta(seconds=int(value))
+    try:
+        return parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+
+
+async def deliver(job: Job, ctx: Context) -> None:
+    """The notify stage: POST the signed event; a non-2xx answer is a failure (retried)."""
+    body = json.dumps({"id": str(job.id), "event": job.payload["event"],
+                       "data": job.payload["data"]}).encode()
+    timestamp = str(int(time.time()))
+    secret = ctx.settings.webhook_secret
+    headers = {"content-type": "application/json", "user-agent": "skiplock-webhooks/1",
+               "x-skiplock-event": job.payload["event"], "x-skiplock-timestamp": timestamp}
+    if secret is not None:
+        headers["x-skiplock-signature"] = sign(secret.get_secret_value(), timestamp, body)
+    async with httpx.AsyncClient(timeout=10.0, follow_redirects=False) as client:
+        response = await client.post(job.payload["url"], content=body, headers=headers)
+    if response.status_code in (429, 503):
+        wait = _retry_after(response.headers.get("retry-after"))
+        if wait is not None:
+            raise DeferJob(wait, f"webhook asked to retry after {response.headers['retry-after']}")
+    if not 200 <= response.status_code < 300:
+        raise RuntimeError(f"webhook answered HTTP {response.status_code}")
+    ctx.count("webhooks_delivered")
+
+
+NOTIFY_STAGE = Stage(type=NOTIFY_TYPE, handler=deliver, batch=10, concurrency=5, lease=120,
+                     timeout=30, max_attempts=8)

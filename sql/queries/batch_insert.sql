@@ -1,0 +1,1 @@
+INSERT INTO batches (campaign_id) VALUES ($1) RETURNING id

@@ -1,0 +1,1 @@
+SELECT status FROM campaigns WHERE id = $1
