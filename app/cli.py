@@ -39,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run-once", help="run the pipeline once and print its summary")
     r.add_argument("--budget", type=float, help="seconds to keep claiming (capped by the setting)")
     r.add_argument("--trigger", default="manual", help="recorded in the runs row")
+    sub.add_parser("worker", help="run the pipeline continuously (for a container); SIGTERM stops it")
     return p
 
 
@@ -100,6 +101,23 @@ async def _run_once(args, settings: Settings, dsn: str) -> dict:
     return result.to_json()
 
 
+async def _worker(settings: Settings, dsn: str) -> None:
+    import signal
+
+    from app.pipeline.worker import Worker
+
+    stages = load_stages(settings.pipeline_stages)
+    pool = await create_pool(dsn, settings.db_pool_size)
+    worker = Worker(pool, dsn, stages, settings)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, worker.stop)
+    try:
+        await worker.run()
+    finally:
+        await pool.close()
+
+
 async def _main(args) -> int:
     settings = get_settings()
     dsn = await database_url(settings)
@@ -112,6 +130,8 @@ async def _main(args) -> int:
         print(json.dumps({"applied": applied}))
     elif args.command == "enqueue":
         print(json.dumps(await _enqueue(args, settings, dsn)))
+    elif args.command == "worker":
+        await _worker(settings, dsn)
     elif args.command == "run-once":
         result = await _run_once(args, settings, dsn)
         print(json.dumps(result, indent=2))

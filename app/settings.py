@@ -30,7 +30,6 @@ class Settings(BaseSettings):
     job_retention_hours: float = Field(168.0, gt=0, description="finished jobs older than this are pruned")
     webhook_url: str | None = Field(None, description="where notifications go when the account has no URL of its own")
     webhook_secret: SecretStr | None = Field(None, description="signs webhook bodies; unset: no notifications")
-    worker_run_seconds: float = Field(300.0, gt=0, description="a worker records one runs row per this long")
     worker_poll_seconds: float = Field(5.0, gt=0, description="a waiting worker looks for due work this often")
     worker_grace_seconds: float = Field(
         20.0, ge=0, description="on SIGTERM, in-flight jobs get this long before they are deferred")
@@ -69,6 +68,45 @@ class Settings(BaseSettings):
         if ":" not in self.pipeline_stages:
             raise ValueError("PIPELINE_STAGES must look like package.module:NAME")
         return self
+
+    # The example pipeline (app/stages/): fetching, the shared quota, drafts.
+    fetch_timeout_seconds: float = Field(
+        10.0, gt=0, description="one page fetch, redirects included, gives up after this long")
+    fetch_max_bytes: int = Field(2_000_000, ge=1024, description="pages larger than this are skipped")
+    fetch_user_agent: str = Field(
+        "SkiplockBot/0.1 (Skiplock example pipeline)",
+        description="sent with every fetch; robots.txt rules for SkiplockBot apply")
+    crawl_max_depth: int = Field(
+        3, ge=0, description="links more than this many clicks from the home page are not followed")
+    quota_daily_units: int = Field(
+        10_000, ge=0, description="shared third-party units per UTC day (a page fetch costs one)")
+    quota_reserve_units: int = Field(
+        500, ge=0, description="of those, kept for runs a person starts: scheduled runs stop here")
+    llm_base_url: str | None = Field(
+        None, description="an OpenAI-compatible API (…/v1); with LLM_MODEL set, drafts are written "
+                          "by it, else by a template")
+    llm_api_key: str | None = Field(None, repr=False, description="sent as a bearer token, when set")
+    llm_model: str | None = Field(None, description="the model drafts ask for")
+    llm_timeout_seconds: float = Field(30.0, gt=0, description="one chat completion gives up after this long")
+    default_owner_email: str = Field(
+        "owner@localhost", description="owner of campaigns added without one (on the default plan)")
+
+    @model_validator(mode="after")
+    def _example_pipeline_fits(self) -> "Settings":
+        for name in ("llm_base_url", "llm_api_key", "llm_model"):
+            value = getattr(self, name)
+            if isinstance(value, str) and not value.strip():
+                object.__setattr__(self, name, None)
+        if self.quota_reserve_units > self.quota_daily_units:
+            raise ValueError("QUOTA_RESERVE_UNITS cannot be larger than QUOTA_DAILY_UNITS")
+        if self.llm_base_url and not self.llm_base_url.startswith(("http://", "https://")):
+            raise ValueError("LLM_BASE_URL must be an http(s) URL, like http://127.0.0.1:11434/v1")
+        return self
+
+    @property
+    def llm_enabled(self) -> bool:
+        """Drafts go to the LLM only when both its URL and model are set."""
+        return bool(self.llm_base_url and self.llm_model)
 
 
 def load_settings(**overrides) -> Settings:

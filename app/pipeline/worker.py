@@ -1,0 +1,66 @@
+"""`python -m app worker`: the same pipeline as a long-running loop, for a container.
+
+Each run lasts up to the budget and writes its runs row (trigger `worker`), like a cron
+invocation. Between batches with nothing due, it sleeps until a job is enqueued (LISTEN
+on `skiplock_jobs`, notified by a trigger on jobs) or the poll interval passes, since
+work also becomes due by time (backoff, deferrals, schedules). stop() — on SIGTERM —
+stops claiming, gives in-flight handlers the grace period, defers what is still
+running, records the run and returns. Running it beside the cron endpoint is safe:
+both claim with SKIP LOCKED, and maintenance ticks are enqueued once per period."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import asyncpg
+
+from app.pipeline.loop import Pipeline, RunResult
+from app.pipeline.stage import Stage
+from app.settings import Settings
+
+log = logging.getLogger("skiplock.worker")
+CHANNEL = "skiplock_jobs"
+
+
+class Worker:
+    def __init__(self, pool, dsn: str, stages: list[Stage], settings: Settings) -> None:
+        self.pool = pool
+        self.dsn = dsn
+        self.settings = settings
+        self.pipeline = Pipeline(pool, stages, settings)
+        self.runs: list[RunResult] = []
+        self._stopped = False
+        self._wake = asyncio.Event()
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        log.info("stopping: no new claims; in-flight jobs get %ss", self.settings.worker_grace_seconds)
+        self.pipeline.stop(self.settings.worker_grace_seconds)
+        self._wake.set()
+
+    def _notified(self, *_args) -> None:
+        self._wake.set()
+
+    async def _idle(self, max_wait: float) -> None:
+        try:
+            await asyncio.wait_for(self._wake.wait(), min(max_wait, self.settings.worker_poll_seconds))
+        except TimeoutError:
+            pass
+        if not self._stopped:
+            self._wake.clear()
+
+    async def run(self) -> None:
+        listener = await asyncpg.connect(self.dsn)
+        await listener.add_listener(CHANNEL, self._notified)
+        try:
+            while not self._stopped:
+                result = await self.pipeline.run("worker", idle=self._idle)
+                self.runs.append(result)
+                if result.stop_reason in ("error", "quota_reserve", "quota_exhausted") and not self._stopped:
+                    # not a reason to spin: wait a poll interval (or a signal) before trying again
+                    await self._idle(self.settings.worker_poll_seconds)
+        finally:
+            await listener.close()

@@ -1,0 +1,128 @@
+"""Recurring maintenance (once per period), pruning, and signed webhook notifications."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+
+from app.engine import batches as b
+from app.engine.batches import BatchRequest
+from app.pipeline.loop import Pipeline
+from app.pipeline.maintenance import RECURRING, schedule_due
+from app.pipeline.stage import Stage
+from app.settings import load_settings
+from tests import factories as f
+from tests.receiver import Receiver
+
+SECRET = "s3cret"
+
+
+def settings(**kw):
+    return load_settings(database_url="postgresql://unused", **kw)
+
+
+async def test_two_schedulers_at_once_enqueue_each_period_once(pool):
+    results = await asyncio.gather(*(schedule_due(pool) for _ in range(6)))
+    scheduled = [task for r in results for task in r]
+    assert sorted(scheduled) == sorted(r.task for r in RECURRING)
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE type = 'maintenance'") == len(RECURRING)
+    # the same period again (the jobs have run meanwhile): still nothing new
+    await pool.execute("UPDATE jobs SET status = 'done', finished_at = now()")
+    assert await schedule_due(pool) == []
+    # next period: due again
+    await pool.execute("UPDATE recurring_ticks SET period = period - interval '1 day'")
+    assert sorted(await schedule_due(pool)) == sorted(r.task for r in RECURRING)
+
+
+async def test_without_the_scheduler_flag_nothing_is_ticked(pool):
+    await Pipeline(pool, [], settings(run_scheduler=False)).run("cron")
+    assert await pool.fetchval("SELECT count(*) FROM recurring_ticks") == 0
+
+
+async def test_prune_removes_old_finished_jobs_only(pool):
+    old = await f.jobs(pool, "t", 1500)
+    await pool.execute("UPDATE jobs SET status = 'done', attempts = 1, finished_at = now() - interval '10 days'")
+    fresh = await f.jobs(pool, "t", 3)
+    await pool.execute("UPDATE jobs SET status = 'failed', attempts = 1, finished_at = now() "
+                       "WHERE id = $1", fresh[0])
+    result = await Pipeline(pool, [], settings(job_retention_hours=24)).run("cron")
+    assert result.summary["pruned"] == len(old)
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE type = 't'") == 3
+
+
+def verify(received, secret=SECRET):
+    expected = hmac.new(secret.encode(), received.headers["x-skiplock-timestamp"].encode() + b"." +
+                        received.body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(received.headers["x-skiplock-signature"], "sha256=" + expected)
+
+
+async def test_finished_batch_is_delivered_signed_and_retried_after_a_500(pool):
+    owner = await f.user(pool, "pro")
+    c = await f.campaign(pool, owner)
+
+    async def ok(job, ctx):
+        pass
+
+    with Receiver(statuses=[500, 200]) as hook:
+        s = settings(webhook_url=hook.url, webhook_secret=SECRET)
+        out = await b.create_batch(pool, c, [BatchRequest("a"), BatchRequest("b")])
+        pipeline = Pipeline(pool, [Stage(type="a", handler=ok), Stage(type="b", handler=ok)], s)
+        await pipeline.run("cron")  # runs a and b
+        await pipeline.run("cron")  # reconciles: completed, notify enqueued, first delivery gets 500
+        notify = await pool.fetchrow("SELECT * FROM jobs WHERE type = 'notify'")
+        assert notify["status"] == "pending" and notify["attempts"] == 1
+        assert "HTTP 500" in notify["last_error"]
+        await pool.execute("UPDATE jobs SET run_after = now() WHERE type = 'notify'")  # backoff elapsed
+        await pipeline.run("cron")
+    assert len(hook.received) == 2
+    final = hook.received[-1]
+    assert verify(final) and not verify(final, "wrong")
+    event = json.loads(final.body)
+    assert event["event"] == "batch.finished"
+    assert event["data"] == {"batchId": str(out.batch_id), "campaignId": str(c), "status": "completed"}
+    assert (await pool.fetchrow("SELECT status FROM jobs WHERE type = 'notify'"))["status"] == "done"
+
+
+async def test_a_job_failing_for_good_notifies_the_owners_own_url(pool):
+    async def broken(job, ctx):
+        raise RuntimeError("no luck")
+
+    with Receiver() as account_hook, Receiver() as global_hook:
+        owner = await f.user(pool, "free")
+        await pool.execute("UPDATE users SET webhook_url = $2 WHERE id = $1", owner, account_hook.url)
+        c = await f.campaign(pool, owner)
+        [job_id] = await f.jobs(pool, "t", 1, campaign_id=c)
+        s = settings(webhook_url=global_hook.url, webhook_secret=SECRET)
+        await Pipeline(pool, [Stage(type="t", handler=broken, max_attempts=1)], s).run("cron")
+    assert global_hook.received == []
+    [got] = account_hook.received
+    event = json.loads(got.body)
+    assert event["event"] == "job.failed" and event["data"]["jobId"] == str(job_id)
+    assert event["data"]["error"] == "RuntimeError: no luck" and verify(got)
+
+
+async def test_notifications_are_dormant_without_a_secret(pool):
+    async def broken(job, ctx):
+        raise RuntimeError("no luck")
+
+    with Receiver() as hook:
+        await f.jobs(pool, "t", 1)
+        await Pipeline(pool, [Stage(type="t", handler=broken, max_attempts=1)],
+                       settings(webhook_url=hook.url)).run("cron")
+    assert hook.received == []
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE type = 'notify'") == 0
+
+
+async def test_a_receiver_asking_to_wait_defers_without_burning_attempts(pool):
+    with Receiver(statuses=[429], extra_headers={"Retry-After": "120"}) as hook:
+        s = settings(webhook_url=hook.url, webhook_secret=SECRET)
+        owner = await f.user(pool)
+        c = await f.campaign(pool, owner)
+        await b.create_batch(pool, c, [BatchRequest("a")])
+        await pool.execute("UPDATE jobs SET status = 'done', attempts = 1, finished_at = now()")
+        await Pipeline(pool, [], s).run("cron")
+    row = await pool.fetchrow("SELECT status, attempts, run_after - now() AS wait FROM jobs WHERE type = 'notify'")
+    assert row["status"] == "pending" and row["attempts"] == 0
+    assert 100 < row["wait"].total_seconds() <= 120

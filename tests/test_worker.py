@@ -1,0 +1,76 @@
+"""The long-running worker: woken by NOTIFY, and a clean SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from app.engine import jobs as q
+from app.engine.jobs import NewJob
+from app.pipeline.stage import Stage
+from app.pipeline.worker import Worker
+from app.settings import load_settings
+
+
+async def wait_until(predicate, timeout=10.0, every=0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await predicate():
+            return True
+        await asyncio.sleep(every)
+    return False
+
+
+async def test_worker_wakes_on_notify_well_before_its_poll(pool, dsn):
+    done = asyncio.Event()
+
+    async def handle(job, ctx):
+        done.set()
+
+    settings = load_settings(database_url=dsn, worker_poll_seconds=30, worker_grace_seconds=1)
+    worker = Worker(pool, dsn, [Stage(type="t", handler=handle)], settings)
+    task = asyncio.create_task(worker.run())
+    try:
+        # idle: its first run is open and has done its housekeeping
+        assert await wait_until(lambda: pool.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE trigger = 'worker') AND NOT EXISTS "
+            "(SELECT 1 FROM jobs WHERE type = 'maintenance' AND status <> 'done')"))
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        await q.enqueue(pool, NewJob(type="t"))
+        await asyncio.wait_for(done.wait(), 5)
+        assert time.monotonic() - started < 1.0
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+    row = await pool.fetchrow("SELECT * FROM runs WHERE trigger = 'worker'")
+    assert row["finished_at"] is not None and row["jobs_done"] == 1
+
+
+async def test_sigterm_mid_batch_defers_in_flight_work_and_exits_zero(pool, dsn):
+    env = {**os.environ, "DATABASE_URL": dsn, "PIPELINE_STAGES": "tests.slow_stages:STAGES",
+           "WORKER_GRACE_SECONDS": "0.5", "WORKER_POLL_SECONDS": "0.2"}
+    ids = await q.enqueue_many(pool, [NewJob(type="slow", payload={"seconds": 30}) for _ in range(6)])
+    proc = subprocess.Popen([sys.executable, "-m", "app", "worker"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert await wait_until(lambda: pool.fetchval(
+            "SELECT count(*) = 4 FROM jobs WHERE type = 'slow' AND status = 'running'"), timeout=20)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out, err = proc.communicate()
+    assert code == 0, err
+    assert time.monotonic() - started < 5
+    rows = await pool.fetch("SELECT status, attempts FROM jobs WHERE id = ANY($1)", ids)
+    assert {r["status"] for r in rows} == {"pending"}  # none left running, none failed
+    assert {r["attempts"] for r in rows} == {0}        # deferred work burns no attempt
+    run = await pool.fetchrow("SELECT * FROM runs WHERE trigger = 'worker' ORDER BY started_at DESC LIMIT 1")
+    assert run["finished_at"] is not None and run["jobs_deferred"] == 4 and run["jobs_failed"] == 0
