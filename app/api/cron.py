@@ -1,0 +1,104 @@
+"""GET/POST /cron/pipeline: run the pipeline once, inside the budget, and return the run.
+
+Called by the schedule (through the Lambda handler), by a manual `curl`, and by
+anything else that can send `Authorization: Bearer <CRON_SECRET>`."""
+
+from __future__ import annotations
+
+import hmac
+import math
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request
+
+from app.api.errors import ApiError
+from app.api.runtime import DATABASE_ERRORS, DatabaseNotConfigured, Runtime, run_json
+
+router = APIRouter()
+
+ALLOWED_PARAMS = {"budget"}
+
+
+def get_runtime(request: Request) -> Runtime:
+    return request.app.state.runtime
+
+
+def require_cron_secret(request: Request) -> None:
+    """Bearer CRON_SECRET, compared in constant time. Runs before anything else."""
+    settings = get_runtime(request).settings
+    secret = settings.cron_secret.get_secret_value() if settings.cron_secret else None
+    if secret is None:
+        if settings.local_dev:
+            return
+        raise ApiError(503, "cron_secret_not_configured",
+                       "CRON_SECRET is not set, so the cron route is disabled; set it "
+                       "(or LOCAL_DEV=1 on your own machine)")
+    challenge = {"WWW-Authenticate": 'Bearer realm="cron"'}
+    header = request.headers.get("authorization")
+    if not header:
+        raise ApiError(401, "unauthorized", "missing header: Authorization: Bearer <CRON_SECRET>",
+                       headers=challenge)
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "unauthorized", "the Authorization header must be: Bearer <CRON_SECRET>",
+                       headers=challenge)
+    if not hmac.compare_digest(token.strip().encode(), secret.encode()):
+        raise ApiError(401, "unauthorized", "wrong cron secret", headers=challenge)
+
+
+def _budget(request: Request, raw: str | None) -> float | None:
+    unknown = sorted(set(request.query_params) - ALLOWED_PARAMS)
+    if unknown:
+        raise ApiError(400, "unknown_parameter",
+                       f"unknown query parameter {unknown[0]!r}; the only one is 'budget' (seconds)",
+                       {"unknown": unknown, "allowed": sorted(ALLOWED_PARAMS)})
+    if len(request.query_params.getlist("budget")) > 1:
+        raise ApiError(400, "bad_request", "give 'budget' at most once")
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ApiError(422, "invalid_budget",
+                       f"budget must be a positive number of seconds, like ?budget=30 (got {raw[:40]!r})",
+                       {"parameter": "budget"})
+    return value
+
+
+def _remaining_seconds(request: Request) -> float | None:
+    """In Lambda (through Mangum), the seconds this invocation has left."""
+    context = request.scope.get("aws.context")
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    return remaining() / 1000.0 if callable(remaining) else None
+
+
+async def _run(request: Request, budget: str | None) -> dict[str, Any]:
+    runtime = get_runtime(request)
+    requested = _budget(request, budget)
+    try:
+        result, used = await runtime.run_within("http", requested, _remaining_seconds(request))
+    except DatabaseNotConfigured as exc:
+        raise ApiError(503, "database_not_configured", f"{exc}; the pipeline cannot run") from None
+    except DATABASE_ERRORS as exc:
+        raise ApiError(503, "database_unavailable",
+                       f"the database is not reachable: {type(exc).__name__}") from None
+    body = run_json(result, used)
+    if result.stop_reason == "error":
+        raise ApiError(500, "run_failed", f"the run stopped on an error: {result.error}", body)
+    return body
+
+
+_BUDGET = Query(None, description="seconds to keep claiming; capped by PIPELINE_BUDGET_SECONDS")
+_SUMMARY = "Run the pipeline once and return the run"
+
+
+@router.post("/cron/pipeline", dependencies=[Depends(require_cron_secret)], summary=_SUMMARY)
+async def run_post(request: Request, budget: str | None = _BUDGET) -> dict[str, Any]:
+    return await _run(request, budget)
+
+
+@router.get("/cron/pipeline", dependencies=[Depends(require_cron_secret)], summary=_SUMMARY)
+async def run_get(request: Request, budget: str | None = _BUDGET) -> dict[str, Any]:
+    return await _run(request, budget)

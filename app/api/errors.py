@@ -1,0 +1,119 @@
+"""One error shape for every answer that is not a success:
+
+    {"error": {"code": "unauthorized", "message": "a sentence a person can act on", "details": ...}}
+
+Bad input is a 4xx with this shape; an unexpected exception is a 500 with this shape
+and a generic message (the traceback goes to the log, never to the client)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+log = logging.getLogger("skiplock.api")
+
+_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_request",
+    429: "too_many_requests",
+    500: "internal_error",
+    503: "unavailable",
+}
+
+
+class ApiError(StarletteHTTPException):
+    """Raise from a route: becomes {"error": {code, message, details}} with `status`."""
+
+    def __init__(self, status: int, code: str, message: str, details: Any = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(status_code=status, detail=message, headers=headers)
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details}}
+
+
+def error_response(status: int, code: str, message: str, details: Any = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(code, message, details), status_code=status, headers=headers)
+
+
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if isinstance(exc, ApiError):
+        return error_response(exc.status_code, exc.code, exc.message, exc.details, exc.headers)
+    message = exc.detail if isinstance(exc.detail, str) else _CODES.get(exc.status_code, "error")
+    if exc.status_code == 404:
+        message = f"no route {request.method} {request.url.path}"
+    elif exc.status_code == 405:
+        message = f"{request.method} is not allowed on {request.url.path}"
+    code = _CODES.get(exc.status_code, "error")
+    return error_response(exc.status_code, code, message, None, getattr(exc, "headers", None))
+
+
+def _where(loc: tuple) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("query", "path", "header", "body", "cookie"):
+        kind, rest = parts[0], parts[1:]
+        return f"{kind} parameter {'.'.join(rest)!r}" if rest else kind
+    return ".".join(parts) or "request"
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    problems = [{"location": ".".join(str(p) for p in e.get("loc", ())), "message": e.get("msg", "invalid")}
+                for e in exc.errors()]
+    first = exc.errors()[0] if exc.errors() else {}
+    message = f"{_where(tuple(first.get('loc', ())))}: {first.get('msg', 'invalid')}"
+    return error_response(422, "invalid_request", message, problems)
+
+
+class CatchAll:
+    """Pure ASGI middleware: an exception nothing else handled becomes a JSON 500.
+
+    (Starlette's own last-resort handler answers in plain text and re-raises.)"""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watch(message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except Exception:
+            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+            if started:
+                return  # too late to answer; the client sees a cut response
+            response = error_response(500, "internal_error",
+                                      "unexpected server error; the details are in the server log")
+            await response(scope, receive, send)
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_middleware(CatchAll)

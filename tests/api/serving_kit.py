@@ -1,0 +1,73 @@
+"""Helpers for the serving-layer tests (the fixtures are in conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+
+import uvicorn
+
+from app import Job, NewJob, Stage
+from app.engine import jobs as q
+from app.settings import Settings, load_settings
+
+SECRET = "test-cron-secret-0123456789"
+AUTH = {"Authorization": f"Bearer {SECRET}"}
+
+
+def make_settings(dsn: str | None, **overrides) -> Settings:
+    values = dict(database_url=dsn, cron_secret=SECRET, local_dev=False)
+    if "run_scheduler" in Settings.model_fields:
+        values["run_scheduler"] = False  # no recurring maintenance jobs in these counts
+    values.update(overrides)
+    return load_settings(**values)
+
+
+class Recorder:
+    """A stage whose handler records the id of every job it runs."""
+
+    def __init__(self, type_: str = "record", delay: float = 0.0, batch: int = 5,
+                 concurrency: int = 5) -> None:
+        self.seen: list[uuid.UUID] = []
+        self.delay = delay
+        self.stage = Stage(type=type_, handler=self.handle, batch=batch, concurrency=concurrency,
+                           lease=60, timeout=10)
+
+    async def handle(self, job: Job, ctx) -> None:
+        self.seen.append(job.id)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+
+
+async def seed(pool, n: int, type_: str = "record") -> list[uuid.UUID]:
+    return await q.enqueue_many(pool, [NewJob(type=type_, payload={"n": i}) for i in range(n)])
+
+
+def free_socket() -> socket.socket:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+async def start_uvicorn(app) -> tuple[uvicorn.Server, asyncio.Task, socket.socket]:
+    sock = free_socket()
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="on"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    return server, task, sock
+
+
+def assert_error(response, status: int, code: str) -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"code", "message", "details"}
+    assert body["error"]["code"] == code
+    assert body["error"]["message"]
+    return body["error"]
