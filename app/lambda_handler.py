@@ -1,0 +1,93 @@
+"""The AWS Lambda entry point: `app.lambda_handler.handler`.
+
+- HTTP events (a Function URL, API Gateway v2): Mangum, over the same FastAPI app.
+- The EventBridge schedule ({"source": "aws.events", "detail-type": "Scheduled
+  Event"}), which Mangum cannot handle: the pipeline directly, trigger "cron".
+
+Everything heavy lives at module level and is created on the first invocation: the
+settings, the app, its asyncpg pool and one event loop. Warm invocations reuse them.
+Mangum runs with lifespan="off", because with lifespan on it would run startup and
+shutdown (and so open and close the pool) on every invocation.
+
+The budget is min(the configured budget, the invocation's remaining time minus
+LAMBDA_SAFETY_MARGIN_SECONDS); handlers are cut at the remaining time minus
+FINISH_MARGIN_SECONDS, so the run is always recorded before Lambda kills us.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from mangum import Mangum
+
+from app.api.main import create_app
+from app.api.runtime import Runtime, run_json
+from app.logs import configure_logging
+from app.pipeline.stage import Stage
+from app.settings import Settings, get_settings
+
+log = logging.getLogger("skiplock.lambda")
+
+
+def is_scheduled_event(event: Any) -> bool:
+    return (isinstance(event, dict) and event.get("source") == "aws.events"
+            and event.get("detail-type") == "Scheduled Event")
+
+
+def remaining_seconds(context: Any) -> float | None:
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    return remaining() / 1000.0 if callable(remaining) else None
+
+
+@contextmanager
+def _current_loop(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """Make `loop` the thread's current loop (Mangum uses get_event_loop()), then put back
+    whatever was there."""
+    policy = asyncio.get_event_loop_policy()
+    previous = getattr(getattr(policy, "_local", None), "_loop", None)
+    policy.set_event_loop(loop)
+    try:
+        yield
+    finally:
+        policy.set_event_loop(previous)
+
+
+class LambdaApp:
+    """One warm Lambda container's worth of state, callable as a handler."""
+
+    def __init__(self, settings: Settings | None = None, stages: list[Stage] | None = None) -> None:
+        self.app = create_app(settings or get_settings(), stages)
+        self.runtime: Runtime = self.app.state.runtime
+        self.loop = asyncio.new_event_loop()
+        with _current_loop(self.loop):
+            self.mangum = Mangum(self.app, lifespan="off")
+
+    def __call__(self, event: dict, context: Any) -> dict:
+        with _current_loop(self.loop):
+            if is_scheduled_event(event):
+                return self.loop.run_until_complete(self.scheduled(event, context))
+            return self.mangum(event, context)
+
+    async def scheduled(self, event: dict, context: Any) -> dict:
+        """The five-minute schedule: run once; a failed run is logged, not raised (raising
+        would make Lambda retry the async invocation, and the next tick comes anyway)."""
+        result, budget = await self.runtime.run_within("cron", None, remaining_seconds(context))
+        body = run_json(result, budget)
+        if result.stop_reason == "error":
+            log.error("scheduled run %s stopped on an error: %s", result.run_id, result.error)
+        return body
+
+
+_instance: LambdaApp | None = None
+
+
+def handler(event: dict, context: Any) -> dict:
+    global _instance
+    if _instance is None:
+        settings = get_settings()
+        configure_logging(settings.log_level)
+        _instance = LambdaApp(settings)
+    return _instance(event, context)

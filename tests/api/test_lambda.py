@@ -1,0 +1,178 @@
+"""The Lambda entry point, invoked in-process with recorded events, against the real Postgres.
+
+Each invocation runs in a worker thread (Lambda calls the handler synchronously, and
+the handler drives its own event loop), while the test seeds and checks the database
+from the test's loop."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from serving_kit import SECRET, Recorder, make_settings, seed
+
+import app.lambda_handler as lambda_module
+from app.lambda_handler import LambdaApp, is_scheduled_event
+from app.settings import get_settings
+
+EVENTS = Path(__file__).parent / "events"
+
+
+def event(name: str) -> dict:
+    return json.loads((EVENTS / f"{name}.json").read_text())
+
+
+class LambdaContext:
+    """What the Lambda runtime hands the handler: the part the handler reads."""
+
+    function_name = "skiplock-dev-pipeline"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:eu-west-1:123456789012:function:skiplock-dev-pipeline"
+
+    def __init__(self, remaining_seconds: float = 300.0) -> None:
+        self.aws_request_id = str(uuid.uuid4())
+        self._deadline = time.monotonic() + remaining_seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int(max(0.0, self._deadline - time.monotonic()) * 1000)
+
+
+@pytest.fixture
+async def lambda_app(dsn):
+    made: list[LambdaApp] = []
+
+    def make(stages, **overrides) -> LambdaApp:
+        made.append(LambdaApp(make_settings(dsn, **overrides), stages))
+        return made[-1]
+
+    yield make
+    for lam in made:
+        await asyncio.to_thread(lam.loop.run_until_complete, lam.runtime.close())
+        lam.loop.close()
+
+
+async def invoke(handler, ev: dict, context: LambdaContext) -> dict:
+    return await asyncio.to_thread(handler, ev, context)
+
+
+def test_the_recorded_events_are_told_apart():
+    assert is_scheduled_event(event("scheduled"))
+    assert not is_scheduled_event(event("function_url"))
+    assert not is_scheduled_event({"source": "aws.events", "detail-type": "Object Created"})
+
+
+async def test_function_url_event_runs_the_pipeline(lambda_app, pool, recorder):
+    ids = await seed(pool, 6)
+    lam = lambda_app([recorder.stage])
+    response = await invoke(lam, event("function_url"), LambdaContext(300))
+    assert response["statusCode"] == 200, response
+    body = json.loads(response["body"])
+    assert body["trigger"] == "http"
+    assert body["stopReason"] == "no_work"
+    assert body["budgetSeconds"] == 30  # ?budget=30 in the recorded URL
+    assert body["summary"]["stages"]["record"]["done"] == 6
+    assert sorted(recorder.seen) == sorted(ids)
+    row = await pool.fetchrow("SELECT trigger, stop_reason, finished_at FROM runs WHERE id = $1::uuid",
+                              body["runId"])
+    assert row["trigger"] == "http" and row["stop_reason"] == "no_work" and row["finished_at"]
+
+
+async def test_function_url_event_without_the_secret_is_401(lambda_app, pool, recorder):
+    ev = copy.deepcopy(event("function_url"))
+    ev["headers"]["authorization"] = "Bearer guess"
+    response = await invoke(lambda_app([recorder.stage]), ev, LambdaContext(300))
+    assert response["statusCode"] == 401
+    assert json.loads(response["body"])["error"]["code"] == "unauthorized"
+    assert await pool.fetchval("SELECT count(*) FROM runs") == 0
+
+
+async def test_scheduled_event_runs_the_pipeline_as_cron(lambda_app, pool, recorder):
+    ids = await seed(pool, 4)
+    lam = lambda_app([recorder.stage])
+    body = await invoke(lam, event("scheduled"), LambdaContext(300))
+    assert body["trigger"] == "cron"
+    assert body["stopReason"] == "no_work"
+    assert body["budgetSeconds"] == 220  # min(PIPELINE_BUDGET_SECONDS, 300 - 60)
+    assert sorted(recorder.seen) == sorted(ids)
+    row = await pool.fetchrow("SELECT * FROM runs WHERE id = $1::uuid", body["runId"])
+    assert row["trigger"] == "cron" and row["stop_reason"] == "no_work"
+    assert row["summary"]["stages"]["record"]["done"] == 4
+
+
+async def test_the_budget_is_capped_by_the_remaining_time(lambda_app, pool, recorder):
+    lam = lambda_app([recorder.stage], lambda_safety_margin_seconds=60)
+    body = await invoke(lam, event("scheduled"), LambdaContext(100))
+    assert 39 <= body["budgetSeconds"] <= 40  # 100 s left - 60 s margin
+
+    ev = copy.deepcopy(event("function_url"))
+    ev["rawQueryString"], ev["queryStringParameters"] = "budget=200", {"budget": "200"}
+    response = await invoke(lam, ev, LambdaContext(90))
+    assert 29 <= json.loads(response["body"])["budgetSeconds"] <= 30
+
+
+async def test_too_little_time_left_claims_nothing_but_records_the_run(lambda_app, pool, recorder):
+    ids = await seed(pool, 3)
+    lam = lambda_app([recorder.stage], lambda_safety_margin_seconds=60)
+    body = await invoke(lam, event("scheduled"), LambdaContext(30))
+    assert body["budgetSeconds"] == 0
+    assert body["stopReason"] == "time_budget"
+    assert recorder.seen == []
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE status = 'pending' AND id = ANY($1::uuid[])",
+                               ids) == 3
+    assert await pool.fetchval("SELECT finished_at IS NOT NULL FROM runs WHERE id = $1::uuid", body["runId"])
+
+
+async def test_the_pool_is_reused_across_invocations(lambda_app, pool):
+    slow = Recorder()
+    lam = lambda_app([slow.stage])
+    await seed(pool, 2)
+    first = await invoke(lam, event("scheduled"), LambdaContext(300))
+    the_pool = lam.runtime._pool
+    assert the_pool is not None
+    await seed(pool, 3)
+    second = await invoke(lam, event("function_url"), LambdaContext(300))
+    third = await invoke(lam, event("scheduled"), LambdaContext(300))
+    assert lam.runtime._pool is the_pool
+    assert lam.runtime.pools_created == 1
+    assert not the_pool._closed  # Mangum ran no lifespan shutdown
+    assert first["summary"]["stages"]["record"]["done"] == 2
+    assert json.loads(second["body"])["summary"]["stages"]["record"]["done"] == 3
+    assert third["stopReason"] == "no_work"
+    assert await pool.fetchval("SELECT count(*) FROM runs WHERE finished_at IS NOT NULL") == 3
+
+
+async def test_the_module_level_handler_keeps_its_app_between_invocations(monkeypatch, dsn, pool):
+    """app.lambda_handler.handler as Lambda calls it: settings from the environment."""
+    monkeypatch.setenv("DATABASE_URL", dsn)
+    monkeypatch.setenv("CRON_SECRET", SECRET)
+    monkeypatch.setenv("RUN_SCHEDULER", "false")
+    monkeypatch.setattr(lambda_module, "_instance", None)
+    get_settings.cache_clear()
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level  # the handler sets up JSON logs for the process
+    try:
+        first = await invoke(lambda_module.handler, event("scheduled"), LambdaContext(300))
+        instance = lambda_module._instance
+        second = await invoke(lambda_module.handler, event("scheduled"), LambdaContext(300))
+        response = await invoke(lambda_module.handler, event("function_url"), LambdaContext(300))
+        assert lambda_module._instance is instance
+        assert instance.runtime.pools_created == 1
+        assert first["trigger"] == second["trigger"] == "cron"
+        assert response["statusCode"] == 200
+        assert json.loads(response["body"])["trigger"] == "http"
+        triggers = sorted(r["trigger"] for r in await pool.fetch("SELECT trigger FROM runs"))
+        assert triggers == ["cron", "cron", "http"]
+    finally:
+        get_settings.cache_clear()
+        instance = lambda_module._instance
+        if instance is not None:
+            await asyncio.to_thread(instance.loop.run_until_complete, instance.runtime.close())
+            instance.loop.close()
+        root.handlers[:], level = saved
+        root.setLevel(level)
