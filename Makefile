@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test bench run migrate clean
+.PHONY: install test bench run migrate package clean
 
 install: $(STAMP)
 
@@ -22,6 +22,18 @@ bench: $(STAMP)
 
 migrate: $(STAMP)
 	$(PY) -m app migrate
+
+# The app on 127.0.0.1:8000 in local dev mode, an embedded PostgreSQL under .data/ when
+# DATABASE_URL is unset, and a ticker that runs the pipeline every LOCAL_TICK_SECONDS.
+run: $(STAMP)
+	$(PY) -m app.dev
+
+# The Lambda artifact (.build/lambda.zip) and the CloudFormation template (.serverless/),
+# offline: no AWS account is needed until `npx serverless@3 deploy`.
+SERVERLESS ?= npx --yes serverless@3.40.0
+package: $(STAMP)
+	$(PY) -m app.lambda_package
+	SLS_TELEMETRY_DISABLED=1 SLS_NOTIFICATIONS_MODE=off $(SERVERLESS) package
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,264 @@
+"""`make run` (python -m app.dev): the app on your machine, the way Lambda would run it.
+
+1. DATABASE_URL unset: start the embedded PostgreSQL under LOCAL_DATA_DIR (.data/),
+   or reuse the one a killed earlier run left behind; it is stopped on the way out.
+2. Apply the migrations.
+3. Serve the app with uvicorn on LOCAL_HOST:LOCAL_PORT (127.0.0.1:8000) in local dev
+   mode, with a cron secret (CRON_SECRET, or one generated once and kept in the data
+   folder) and the exact curl that triggers a run.
+4. A local ticker runs the pipeline every LOCAL_TICK_SECONDS (300), like the schedule.
+
+Ctrl-C or SIGTERM stops uvicorn, the ticker, the pool and the Postgres it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import signal
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from app.api.main import create_app
+from app.api.runtime import DATABASE_ERRORS, Runtime
+from app.devdb import LocalPostgresError
+from app.engine.db import connect
+from app.engine.migrate import migrate
+from app.logs import configure_logging
+from app.settings import Settings, SettingsError, load_settings
+
+log = logging.getLogger("skiplock.dev")
+
+PID_FILE = "dev.pid"
+SECRET_FILE = "cron-secret"
+TICK_GRACE_SECONDS = 10.0
+
+
+class DevError(Exception):
+    """A setup problem, said in one line."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_dev_process(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return _pid_alive(pid)  # no /proc: trust the pid
+    return b"app.dev" in cmdline
+
+
+def claim_data_dir(data_dir: Path) -> None:
+    """Refuse to share the data folder with another live `make run`; note a dead one."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    pidfile = data_dir / PID_FILE
+    try:
+        other = int(pidfile.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        other = None
+    if other and other != os.getpid() and _pid_alive(other) and _is_dev_process(other):
+        raise DevError(f"another `make run` (pid {other}) is using {data_dir}; stop it first")
+    if other:
+        log.warning("the previous `make run` (pid %s) did not stop cleanly", other)
+    pidfile.write_text(f"{os.getpid()}\n")
+
+
+def release_data_dir(data_dir: Path) -> None:
+    pidfile = data_dir / PID_FILE
+    try:
+        if int(pidfile.read_text().strip()) == os.getpid():
+            pidfile.unlink()
+    except (FileNotFoundError, ValueError):
+        pass
+
+
+def start_local_postgres(data_dir: Path):
+    """Start the embedded server (or take over the one a killed run left); return it and
+    the DSN of its `skiplock` database."""
+    from app.devdb import LocalPostgres, local_database_url
+
+    server = LocalPostgres(data_dir)
+    left_running = server._running_port()
+    dsn = asyncio.run(local_database_url(data_dir))
+    if left_running is not None:
+        log.warning("reusing the PostgreSQL left running on %s (port %s); it stops with this run",
+                    data_dir, left_running)
+    return server, dsn
+
+
+def cron_secret(settings: Settings, data_dir: Path) -> str:
+    """CRON_SECRET if set; otherwise one generated on the first `make run` and kept."""
+    if settings.cron_secret is not None:
+        return settings.cron_secret.get_secret_value()
+    path = data_dir / SECRET_FILE
+    if path.exists():
+        secret = path.read_text().strip()
+        if secret:
+            return secret
+    secret = secrets.token_urlsafe(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+    return secret
+
+
+def banner(settings: Settings, secret: str, dsn: str, data_dir: Path | None) -> str:
+    url = f"http://{settings.local_host}:{settings.local_port}"
+    where = f" (data in {data_dir})" if data_dir else ""
+    tick = (f"every {settings.local_tick_seconds:g} s (LOCAL_TICK_SECONDS)"
+            if settings.local_tick_seconds else "off (LOCAL_TICK_SECONDS=0)")
+    return "\n".join([
+        "",
+        f"Skiplock is serving on {url} (local dev mode)",
+        f"  PostgreSQL:   {dsn}{where}",
+        f"  Cron secret:  {secret}",
+        f"  Local ticker: {tick}",
+        "  Trigger a run:",
+        f"    curl -s -X POST -H 'Authorization: Bearer {secret}' {url}/cron/pipeline",
+        f"  Health:       {url}/health/ready",
+        "  Stop:         Ctrl-C",
+        "",
+    ])
+
+
+class Ticker:
+    """Runs the pipeline every `every` seconds, the way the five-minute schedule does."""
+
+    def __init__(self, runtime: Runtime, every: float) -> None:
+        self.runtime = runtime
+        self.every = every
+        self.running = False
+        self.task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.every)
+            self.running = True
+            try:
+                await self.runtime.run_within("cron", None, None)
+            except DATABASE_ERRORS as exc:
+                log.error("local tick: the database is not reachable: %s", exc)
+            except Exception:
+                log.exception("local tick failed")
+            finally:  # a finished run is logged by the pipeline itself
+                self.running = False
+
+    async def stop(self) -> None:
+        """Cancel; a run in flight first gets TICK_GRACE_SECONDS to finish and be recorded."""
+        if self.task is None:
+            return
+        waited = 0.0
+        while self.running and waited < TICK_GRACE_SECONDS:
+            await asyncio.sleep(0.05)
+            waited += 0.05
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+async def serve(settings: Settings, signals: "_Signals") -> None:
+    conn = await connect(settings.database_url)
+    try:
+        applied = await migrate(conn)
+    finally:
+        await conn.close()
+    if applied:
+        log.info("applied migrations: %s", ", ".join(applied))
+    app = create_app(settings)
+    runtime: Runtime = app.state.runtime
+    config = uvicorn.Config(app, host=settings.local_host, port=settings.local_port,
+                            log_config=None, lifespan="on", access_log=True)
+    server = uvicorn.Server(config)
+    signals.server = server
+    tick = Ticker(runtime, settings.local_tick_seconds)
+    if settings.local_tick_seconds > 0:
+        tick.start()
+    try:
+        await server.serve()
+    finally:
+        await tick.stop()
+        await runtime.close()
+
+
+class _Signals:
+    """SIGINT/SIGTERM: before serving, abort the start (KeyboardInterrupt); while serving,
+    uvicorn's own handlers run and, when it is done, hand the signal back here; later
+    signals are ignored so that Postgres is always stopped."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.server: uvicorn.Server | None = None
+
+    def __call__(self, sig: int, frame) -> None:
+        first = self.received is None
+        if first:
+            self.received = sig
+        if self.server is not None:
+            self.server.should_exit = True
+        elif first:
+            raise KeyboardInterrupt
+
+    def install(self) -> None:
+        signal.signal(signal.SIGINT, self)
+        signal.signal(signal.SIGTERM, self)
+
+
+def main() -> int:
+    signals = _Signals()
+    signals.install()
+    try:
+        settings = load_settings(local_dev=True)
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level)
+    data_dir = Path(settings.local_data_dir).resolve()
+    local = None  # the embedded server this run started or took over
+    owns_dir = False
+    try:
+        claim_data_dir(data_dir)
+        owns_dir = True
+        if settings.database_url:
+            dsn = settings.database_url
+        else:
+            local, dsn = start_local_postgres(data_dir)
+        secret = cron_secret(settings, data_dir)
+        settings = load_settings(**{**settings.model_dump(), "database_url": dsn, "cron_secret": secret})
+        print(banner(settings, secret, dsn, data_dir if local else None), flush=True)
+        asyncio.run(serve(settings, signals))
+    except KeyboardInterrupt:
+        pass
+    except (DevError, LocalPostgresError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except DATABASE_ERRORS as exc:
+        print(f"error: database: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        signals.server = None
+        signals.received = signals.received or -1  # from here on, signals are ignored
+        if local is not None:
+            log.info("stopping the PostgreSQL under %s", data_dir)
+            local.stop()
+        if owns_dir:
+            release_data_dir(data_dir)
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
