@@ -1,0 +1,63 @@
+"""Campaigns, their owners and plans, and what the example pipeline found for them.
+
+SQL only: checking input (is this a URL, an e-mail address) is the caller's job."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from app.engine.queries import query
+from app.plans import DEFAULT_PLAN, OWNERLESS_PLAN
+
+
+class PlanConflict(Exception):
+    """The owner already has a different plan; adding a campaign does not change it."""
+
+    def __init__(self, email: str, current: str, asked: str) -> None:
+        self.email, self.current, self.asked = email, current, asked
+        super().__init__(f"{email} is on the {current} plan already; a new campaign does not "
+                         f"change it (leave out the plan, or ask for {current})")
+
+
+async def ensure_owner(conn, email: str, plan: str | None) -> tuple[uuid.UUID, str]:
+    """The owner with this e-mail and their plan, created (on `plan`, else the default
+    plan) when new. Asking for a plan the owner is not on raises PlanConflict."""
+    row = await conn.fetchrow(query("user_ensure"), email)
+    sub = await conn.fetchrow(query("subscription_ensure"), row["id"], plan or DEFAULT_PLAN)
+    if plan is not None and sub["plan"] != plan:
+        raise PlanConflict(email, sub["plan"], plan)
+    return row["id"], sub["plan"]
+
+
+async def insert_campaign(conn, owner_id: uuid.UUID | None, name: str, url: str):
+    return await conn.fetchrow(query("campaign_insert"), owner_id, name, url)
+
+
+async def get_campaign(db, campaign_id: uuid.UUID) -> dict[str, Any] | None:
+    row = await db.fetchrow(query("campaign_get"), campaign_id)
+    if row is None:
+        return None
+    out = dict(row)
+    if out["ownerless"]:
+        out["plan"] = OWNERLESS_PLAN
+    elif out["plan"] is None:
+        out["plan"] = DEFAULT_PLAN
+    return out
+
+
+async def any_campaign(db) -> bool:
+    return await db.fetchval(query("campaigns_exist"))
+
+
+async def lock_demo_seed(conn) -> None:
+    await conn.execute(query("seed_demo_lock"))
+
+
+async def list_contacts(db, campaign_id: uuid.UUID, *, after: tuple[datetime, uuid.UUID] | None = None,
+                        limit: int = 100) -> list[dict[str, Any]]:
+    """Contacts in the order found, `limit` at a time after the keyset `after`."""
+    at, last_id = after if after else (None, None)
+    rows = await db.fetch(query("contacts_list"), campaign_id, at, last_id, limit)
+    return [dict(r) for r in rows]
