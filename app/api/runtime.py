@@ -45,8 +45,10 @@ class Runtime:
         if self.settings.database_url:
             return self.settings.database_url
         if self.settings.local_dev:
+            from pathlib import Path
+
             from app.devdb import local_database_url
-            return await local_database_url()
+            return await local_database_url(Path(self.settings.local_data_dir))
         raise DatabaseNotConfigured("DATABASE_URL is not set")
 
     async def pool(self) -> asyncpg.Pool:
