@@ -1,18 +1,31 @@
-"""The default stage list (PIPELINE_STAGES=app.stages:STAGES).
+"""The default stage list (PIPELINE_STAGES=app.stages:STAGES): the example pipeline.
+
+    site -> brief -> crawl -> extract (contacts) -> draft
+
+Order is drain-first: the stages that finish work come before the ones that make more,
+and the loop starts again from the top after every batch, so a campaign's contacts and
+drafts appear while its crawl is still going rather than after it.
+
+  extract  pull contacts out of fetched pages (a batch handler)
+  draft    a first message to each contact; one plan credit each, refunded if it gives up
+  brief    fetch the campaign's home page, keep what it says, start the crawl
+  crawl    fetch one page, store it, queue its extract and its unseen same-site links
 
 Bring your own with PIPELINE_STAGES=yourpackage.module:STAGES: a list of Stage,
 earliest stage first (earlier stages win when several have work).
 """
 
-from app import Job, Stage
-from app.pipeline.stage import Context
+from app.pipeline.stage import Stage
+from app.stages.brief import BRIEF, brief
+from app.stages.crawl import CRAWL, EXTRACT, crawl, crawl_gave_up
+from app.stages.draft import DRAFT, draft, refund_draft
+from app.stages.extract import extract
 
+EXTRACT_STAGE = Stage(type=EXTRACT, batch_handler=extract, batch=25, lease=120, timeout=60)
+DRAFT_STAGE = Stage(type=DRAFT, handler=draft, batch=8, concurrency=4, lease=300, timeout=120,
+                    max_attempts=3, gave_up=refund_draft)
+BRIEF_STAGE = Stage(type=BRIEF, handler=brief, batch=2, concurrency=2, lease=120, timeout=60)
+CRAWL_STAGE = Stage(type=CRAWL, handler=crawl, batch=4, concurrency=4, lease=120, timeout=60,
+                    max_attempts=3, gave_up=crawl_gave_up)
 
-async def echo(job: Job, ctx: Context) -> None:
-    """The smallest useful stage: count the message it was given."""
-    ctx.count("echoed")
-
-
-STAGES = [
-    Stage(type="echo", handler=echo, batch=25, concurrency=5, lease=60, timeout=10),
-]
+STAGES = [EXTRACT_STAGE, DRAFT_STAGE, BRIEF_STAGE, CRAWL_STAGE]

@@ -1,0 +1,65 @@
+"""brief: fetch a campaign's home page and keep what it says about the brand (title,
+description, keywords, language), then queue the first crawl, of that page.
+
+    payload: {} (the campaign is the job's campaign)
+"""
+
+from __future__ import annotations
+
+from app.engine.jobs import Job, NewJob
+from app.engine.queries import query
+from app.pipeline.stage import Context
+from app.stages.crawl import discover
+from app.stages.html import parse_html, parse_plain, top_words
+from app.stages.spend import spend_fetch
+from app.stages.urls import BadUrl, normalize_url
+from app.stages.web import Response, client_for
+
+BRIEF = "brief"
+
+
+def brief_job(campaign_id) -> NewJob:
+    return NewJob(type=BRIEF, campaign_id=campaign_id, dedupe_key=f"brief:{campaign_id}")
+
+
+async def _keep(conn, campaign_id, url: str, resp: Response | None, *, title="", description="",
+                keywords=(), language=None, note=None) -> None:
+    await conn.execute(query("brief_upsert"), campaign_id, url,
+                       resp.final_url if resp else None, resp.status if resp else None,
+                       title, description, list(keywords), language, note)
+
+
+async def brief(job: Job, ctx: Context) -> None:
+    if job.campaign_id is None:
+        raise ValueError("a brief job needs a campaign")
+    campaign = await ctx.db.fetchrow(query("campaign_site"), job.campaign_id)
+    if campaign is None:
+        return  # deleted meanwhile
+    try:
+        url = normalize_url(campaign["url"] or "")
+    except BadUrl as exc:
+        async with ctx.db.acquire() as conn:
+            await _keep(conn, job.campaign_id, campaign["url"] or "", None, note=str(exc))
+        return
+    client = client_for(ctx)
+    if not await client.allowed(url):
+        async with ctx.db.acquire() as conn:
+            await _keep(conn, job.campaign_id, url, None, note="robots.txt disallows the home page")
+        ctx.count("pages_blocked")
+        return
+    await spend_fetch(ctx, job.campaign_id)
+    resp = await client.get(url)
+    ctx.count("pages_fetched")
+    async with ctx.db.acquire() as conn, conn.transaction():
+        if resp.outcome != "ok":
+            note = resp.note or f"the home page answered HTTP {resp.status}"
+            await _keep(conn, job.campaign_id, url, resp, note=f"{note}; nothing to crawl")
+            return
+        page = parse_html(resp.text) if resp.is_html else parse_plain(resp.text)
+        keywords = page.keywords[:20] or top_words(" ".join((page.title, page.description, page.text)))
+        await _keep(conn, job.campaign_id, url, resp, title=page.title, description=page.description,
+                    keywords=keywords, language=page.language)
+        ctx.count("briefs_written")
+        queued = await discover(conn, job.campaign_id, [normalize_url(resp.final_url)], 0)
+        if queued:
+            ctx.count("links_queued", queued)

@@ -1,0 +1,72 @@
+"""Adding a campaign starts the example pipeline for it: the campaign row, its owner
+(created on the asked plan when new) and the first job, `brief`, in one transaction.
+What the CLI's `campaign add`, the API's POST /campaigns and the demo seed call."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+from urllib.parse import urlsplit
+
+from app.engine import campaigns as store
+from app.engine import jobs as q
+from app.plans import PLANS
+from app.stages.brief import brief_job
+from app.stages.urls import BadUrl, normalize_url
+
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
+
+
+class CampaignInputError(ValueError):
+    """Input a campaign cannot be made from; the message says what to change."""
+
+
+def check_plan(plan: str | None) -> str | None:
+    if plan is not None and plan not in PLANS:
+        raise CampaignInputError(f"unknown plan {plan!r}; the plans are: {', '.join(PLANS)}")
+    return plan
+
+
+def check_email(email: str) -> str:
+    email = (email or "").strip().lower()
+    if not _EMAIL.match(email) or len(email) > 320:
+        raise CampaignInputError(f"{email!r} is not an e-mail address")
+    return email
+
+
+def check_url(url: str) -> str:
+    try:
+        return normalize_url(url)
+    except BadUrl as exc:
+        raise CampaignInputError(str(exc)) from None
+
+
+async def add_campaign_in(conn, url: str, *, owner: str, plan: str | None = None) -> dict[str, Any]:
+    """add_campaign inside the caller's transaction."""
+    url, email, plan = check_url(url), check_email(owner), check_plan(plan)
+    try:
+        owner_id, plan_name = await store.ensure_owner(conn, email, plan)
+    except store.PlanConflict as exc:
+        raise CampaignInputError(str(exc)) from None
+    row = await store.insert_campaign(conn, owner_id, urlsplit(url).netloc, url)
+    job_id = await q.enqueue(conn, brief_job(row["id"]))
+    return {"id": row["id"], "name": row["name"], "url": row["url"], "status": row["status"],
+            "owner": email, "plan": plan_name, "created_at": row["created_at"], "brief_job": job_id}
+
+
+async def add_campaign(pool, url: str, *, owner: str, plan: str | None = None) -> dict[str, Any]:
+    """A new campaign on `url` for `owner`, with its brief queued. Raises CampaignInputError."""
+    async with pool.acquire() as conn, conn.transaction():
+        return await add_campaign_in(conn, url, owner=owner, plan=plan)
+
+
+async def seed_demo(pool, base_url: str, owner: str = "owner@localhost") -> uuid.UUID | None:
+    """Create one demo campaign for `base_url` when the database has no campaign at all
+    (safe to call from several processes at once); returns its id, or None."""
+    async with pool.acquire() as conn, conn.transaction():
+        await store.lock_demo_seed(conn)
+        if await store.any_campaign(conn):
+            return None
+        made = await add_campaign_in(conn, base_url, owner=owner)
+    return made["id"]

@@ -1,0 +1,112 @@
+"""draft: a first message to one contact, from the campaign's brief.
+
+Written from a template, or by an OpenAI-compatible LLM when one is configured (see
+app/stages/llm.py). Each draft costs one credit of the campaign's plan, charged once per
+job before the work (a retry reuses the charge). A draft job that gives up -- its last
+attempt failed, or its process died on it and the stuck sweep failed it -- gets its
+credit back exactly once, through the `gave_up` hook, unless its draft was written.
+
+    payload: {"contact_id": "..."}
+"""
+
+from __future__ import annotations
+
+import uuid
+from urllib.parse import urlsplit
+
+from app.engine import allowances
+from app.engine.jobs import Job
+from app.engine.queries import query
+from app.engine.quota import next_utc_day
+from app.pipeline.stage import Context, DeferJob
+from app.stages import llm
+from app.stages.urls import path_of
+
+DRAFT = "draft"
+TEMPLATE = "template"
+
+SYSTEM_PROMPT = (
+    "You write short first-contact messages from a brand to a person it would like to work "
+    "with (a creator, a journalist, a partner). Warm, specific, plain text, under 120 words, "
+    "no subject line, no placeholders in brackets. Sign off as the brand's team.")
+
+
+def _brand(ctx_row) -> str:
+    return (ctx_row["title"] or ctx_row["campaign_name"] or urlsplit(ctx_row["campaign_url"] or "").hostname
+            or "our team")
+
+
+def _greeting_name(ctx_row) -> str:
+    handle = (ctx_row["handle"] or "").lstrip("@")
+    if ctx_row["kind"] == "email" and handle in ("info", "hello", "contact", "press", "team", "office"):
+        return "there"
+    return handle or "there"
+
+
+def template_draft(row) -> str:
+    brand = _brand(row)
+    about = (row["description"] or "").strip()
+    keywords = [k for k in (row["keywords"] or []) if k][:3]
+    interest = f" -- {', '.join(keywords)} --" if keywords else ""
+    lines = [
+        f"Hi {_greeting_name(row)},",
+        "",
+        f"I'm reaching out from {brand} ({row['campaign_url']}).{(' ' + about) if about else ''}",
+        "",
+        f"We came across you on {path_of(row['page_url'])} and think what you do{interest} "
+        f"would be a great fit for us. Would you be open to a short chat about working together?",
+        "",
+        "Best,",
+        f"The {brand} team",
+    ]
+    return "\n".join(lines)
+
+
+def llm_messages(row) -> list[dict[str, str]]:
+    facts = [
+        f"Brand: {_brand(row)}",
+        f"Website: {row['campaign_url']}",
+        f"What the brand says about itself: {row['description'] or '(nothing)'}",
+        f"Keywords: {', '.join(row['keywords'] or []) or '(none)'}",
+        f"Write in the language: {row['language'] or 'en'}",
+        f"Contact: {row['handle'] or row['value']} ({row['kind']}: {row['value']})",
+        f"Found on the brand's page: {row['page_url']}",
+    ]
+    return [{"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": "\n".join(facts) + "\n\nWrite the first message."}]
+
+
+async def draft(job: Job, ctx: Context) -> None:
+    contact_id = uuid.UUID(str(job.payload["contact_id"]))
+    row = await ctx.db.fetchrow(query("draft_context"), contact_id)
+    if row is None or row["draft_id"] is not None:
+        return  # the contact is gone, or already has its draft: nothing to pay for
+    plan = await allowances.campaign_plan(ctx.db, row["campaign_id"])
+    charged = await allowances.charge_credit(ctx.db, row["campaign_id"], job.id, plan.daily_credits)
+    if charged == allowances.SPENT:
+        raise DeferJob(next_utc_day(), f"the {plan.label} plan's {plan.daily_credits} credits a day are used up")
+    if charged == allowances.CHARGED:
+        ctx.count("credits_spent")
+    prompt_tokens = completion_tokens = 0
+    if ctx.settings.llm_enabled:
+        answer = await llm.chat(ctx.settings, llm_messages(row))
+        body, model = answer.text, answer.model
+        prompt_tokens, completion_tokens = answer.prompt_tokens, answer.completion_tokens
+        ctx.count("llm_calls")
+        ctx.count("tokens_spent", answer.tokens)
+    else:
+        body, model = template_draft(row), TEMPLATE
+    written = await ctx.db.fetchval(query("draft_insert"), row["campaign_id"], contact_id, job.id, body,
+                                    model, prompt_tokens, completion_tokens)
+    if written:
+        ctx.count("drafts_written")
+
+
+async def refund_draft(job: Job, ctx: Context) -> None:
+    """gave_up: hand the job's credit back, once. ctx.db is the transaction that fails the
+    job, so the refund commits with the failure or not at all."""
+    if await ctx.db.fetchval(query("draft_by_job"), job.id) is not None:
+        return  # the draft was delivered; the job died afterwards
+    refunded = await allowances.refund_credit(ctx.db, job.id)
+    if refunded:
+        ctx.count("credits_refunded", refunded)

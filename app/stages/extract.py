@@ -1,0 +1,141 @@
+"""extract (a batch handler): pull contacts out of fetched pages -- e-mail addresses
+(mailto: links and plain text) and profile links on the usual video and social sites --
+into `contacts`, unique per campaign and value, with the page each came from. Every new
+contact gets a `draft` job.
+
+    payload: {"page_id": "..."}
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+from app.engine import jobs as q
+from app.engine.jobs import Job, NewJob
+from app.engine.queries import query
+from app.pipeline.stage import Context
+from app.stages.html import parse_html
+
+DRAFT = "draft"
+
+EMAIL = re.compile(r"(?<![\w.%+-])([A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24})(?![\w-])")
+_NOT_A_TLD = {"png", "jpg", "jpeg", "gif", "svg", "webp", "css", "js"}
+
+# host (without www./m./mobile.) -> (kind, canonical host, path pattern, case matters)
+_PROFILES = {
+    "youtube.com": ("youtube", "www.youtube.com",
+                    re.compile(r"^/(@[\w.-]+|c/[\w.-]+|user/[\w.-]+|channel/UC[\w-]{10,})/?$"), True),
+    "instagram.com": ("instagram", "www.instagram.com", re.compile(r"^/([A-Za-z0-9_.]{1,30})/?$"), False),
+    "tiktok.com": ("tiktok", "www.tiktok.com", re.compile(r"^/(@[\w.-]{2,})/?$"), False),
+    "twitter.com": ("x", "x.com", re.compile(r"^/([A-Za-z0-9_]{1,15})/?$"), False),
+    "x.com": ("x", "x.com", re.compile(r"^/([A-Za-z0-9_]{1,15})/?$"), False),
+    "twitch.tv": ("twitch", "www.twitch.tv", re.compile(r"^/([A-Za-z0-9_]{3,25})/?$"), False),
+    "linkedin.com": ("linkedin", "www.linkedin.com", re.compile(r"^/((?:in|company)/[\w%-]+)/?$"), False),
+    "facebook.com": ("facebook", "www.facebook.com", re.compile(r"^/([A-Za-z0-9.]{5,50})/?$"), False),
+}
+# first path segments that are pages of the site itself, not somebody's profile
+_RESERVED = {"p", "reel", "reels", "explore", "accounts", "stories", "intent", "share", "home", "i",
+             "search", "hashtag", "login", "signup", "about", "help", "privacy", "terms", "settings",
+             "directory", "videos", "watch", "results", "feed", "sharer", "sharer.php", "legal", "jobs",
+             "policies", "messages", "notifications", "tv", "live"}
+
+
+@dataclass(frozen=True)
+class Found:
+    kind: str
+    value: str   # normalised: lower-case address, or canonical profile URL
+    handle: str  # how to greet them: the address's name part, or @handle
+
+
+def email_contact(text: str) -> Found | None:
+    m = EMAIL.fullmatch(text.strip())
+    if not m:
+        return None
+    address = m.group(1).lower()
+    if address.rsplit(".", 1)[-1] in _NOT_A_TLD:
+        return None  # logo@2x.png and friends
+    return Found("email", address, address.split("@", 1)[0])
+
+
+def profile_contact(url: str) -> Found | None:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https"):
+        return None
+    host = (parts.hostname or "").lower()
+    for prefix in ("www.", "m.", "mobile."):
+        host = host.removeprefix(prefix)
+    site = _PROFILES.get(host)
+    if site is None:
+        return None
+    kind, canonical, pattern, case_matters = site
+    m = pattern.match(unquote(parts.path))
+    if not m:
+        return None
+    path = m.group(1)
+    if path.lstrip("@").split("/")[0].lower() in _RESERVED:
+        return None
+    if not case_matters or path.startswith(("@", "c/", "user/")):
+        path = path.lower()
+    name = path.rsplit("/", 1)[-1]
+    handle = "" if path.startswith("channel/") else name if name.startswith("@") else f"@{name}"
+    return Found(kind, f"https://{canonical}/{path}", handle)
+
+
+def find_contacts(body: str, content_type: str | None) -> list[Found]:
+    """Contacts on one page, each once, in page order: links first, then plain text."""
+    found: list[Found] = []
+    if content_type in ("text/html", "application/xhtml+xml"):
+        page = parse_html(body)
+        for href in page.links:
+            if href.lower().startswith("mailto:"):
+                address = unquote(href[7:].split("?", 1)[0])
+                for one in address.split(","):
+                    c = email_contact(one)
+                    if c:
+                        found.append(c)
+            else:
+                c = profile_contact(href)
+                if c:
+                    found.append(c)
+        text = page.text
+    else:
+        text = body
+    for m in EMAIL.finditer(text):
+        c = email_contact(m.group(1))
+        if c:
+            found.append(c)
+    first: dict[str, Found] = {}
+    for c in found:
+        first.setdefault(c.value, c)
+    return list(first.values())
+
+
+async def extract(jobs: list[Job], ctx: Context) -> dict[uuid.UUID, BaseException]:
+    problems: dict[uuid.UUID, BaseException] = {}
+    page_ids: dict[uuid.UUID, Job] = {}
+    for job in jobs:
+        try:
+            page_ids[uuid.UUID(str(job.payload["page_id"]))] = job
+        except (KeyError, ValueError) as exc:
+            problems[job.id] = ValueError(f"an extract job needs a page_id: {exc}")
+    pages = await ctx.db.fetch(query("pages_for_extract"), list(page_ids))
+    rows: list[tuple] = []
+    for page in pages:
+        for c in find_contacts(page["body"], page["content_type"]):
+            rows.append((page["campaign_id"], c.kind, c.value, c.handle, page["id"], page["final_url"]))
+    if rows:
+        async with ctx.db.acquire() as conn, conn.transaction():
+            new = await conn.fetch(query("contacts_insert"), *map(list, zip(*rows)))
+            if new:
+                await q.enqueue_many(conn, [
+                    NewJob(type=DRAFT, campaign_id=r["campaign_id"], payload={"contact_id": str(r["id"])},
+                           dedupe_key=f"draft:{r['id']}") for r in new])
+        ctx.count("contacts_found", len(new))
+    ctx.count("pages_read", len(pages))
+    return problems

@@ -1,0 +1,34 @@
+"""What a page fetch costs: one page of the campaign's daily allowance (its plan's) and
+one unit of the shared quota. Both are taken in one transaction before the fetch, so a
+fetch the quota refuses does not use up the campaign's allowance either."""
+
+from __future__ import annotations
+
+import uuid
+
+from app.engine import allowances, quota
+from app.pipeline.stage import Context, DeferJob, StopRun
+
+UNITS_PER_FETCH = 1
+
+
+async def spend_fetch(ctx: Context, campaign_id: uuid.UUID) -> None:
+    """Pay for one fetch, or raise:
+
+    DeferJob(next UTC day)   the campaign's plan allows no more pages today;
+    StopRun("quota_reserve") only the reserve is left and a schedule started this run
+                             (the job waits for the next run; a person's run may use it);
+    StopRun("quota_exhausted", next UTC day)  the shared quota is spent for today."""
+    s = ctx.settings
+    plan = await allowances.campaign_plan(ctx.db, campaign_id)
+    async with ctx.db.acquire() as conn, conn.transaction():
+        if not await allowances.use_page(conn, campaign_id, plan.daily_pages):
+            raise DeferJob(quota.next_utc_day(),
+                           f"the {plan.label} plan's {plan.daily_pages} pages a day are used up")
+        spent = await quota.spend(conn, UNITS_PER_FETCH, ctx.trigger,
+                                  daily_units=s.quota_daily_units, reserve=s.quota_reserve_units)
+        if spent.status == quota.RESERVE:
+            raise StopRun(quota.RESERVE)  # rolls back the page too
+        if spent.status == quota.EXHAUSTED:
+            raise StopRun(quota.EXHAUSTED, quota.next_utc_day())
+    ctx.add_units(UNITS_PER_FETCH)

@@ -1,0 +1,67 @@
+"""URLs as the crawl sees them: one normal form per page, and what counts as the same site."""
+
+from __future__ import annotations
+
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class BadUrl(ValueError):
+    """Not an http(s) URL with a host."""
+
+
+def normalize_url(url: str, base: str | None = None) -> str:
+    """The page's one spelling: absolute, lower-case scheme and host, no default port,
+    no fragment, a path of at least '/'. Raises BadUrl for anything but http(s) with a host."""
+    if not isinstance(url, str) or not url.strip():
+        raise BadUrl("a URL is needed, like https://example.com")
+    url = url.strip()
+    if base is not None:
+        url = urljoin(base, url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise BadUrl(f"{url!r} is not a valid URL: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS:
+        raise BadUrl(f"{url!r} is not an http(s) URL, like https://example.com")
+    host = (parts.hostname or "").rstrip(".")
+    if not host:
+        raise BadUrl(f"{url!r} has no host, like https://example.com")
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    netloc = host if port in (None, _DEFAULT_PORTS[scheme]) else f"{host}:{port}"
+    path = parts.path or "/"
+    return urlunsplit((scheme, netloc, path, parts.query, ""))
+
+
+def site_key(url: str) -> tuple[str, int]:
+    """What makes two URLs the same site: the host without a leading 'www.', and the port.
+
+    http and https of the same host are the same site (a site that moves to https
+    redirects there), and so are example.com and www.example.com."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower().rstrip(".")
+    host = host.removeprefix("www.")
+    port = parts.port or _DEFAULT_PORTS.get(parts.scheme.lower(), 0)
+    if port in (80, 443):
+        port = 0
+    return host, port
+
+
+def same_site(a: str, b: str) -> bool:
+    return site_key(a) == site_key(b)
+
+
+def origin(url: str) -> str:
+    """scheme://host[:port], where robots.txt lives."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+
+
+def path_of(url: str) -> str:
+    """The path and query, for tables people read."""
+    parts = urlsplit(url)
+    return parts.path + (f"?{parts.query}" if parts.query else "")

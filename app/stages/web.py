@@ -1,0 +1,209 @@
+"""The crawler's HTTP client: httpx with a time limit per fetch, a size cap, redirects
+followed only within the site, robots.txt honoured, and a user agent that says who it is.
+
+What a fetch can end in, and what the stages make of it:
+  Response.outcome "ok"           2xx with a text body        -> stored (and read)
+                   "client_error" 4xx other than 429          -> recorded, job done
+                   "not_text"     2xx, not HTML or plain text -> recorded, job done
+                   "too_large"    past FETCH_MAX_BYTES        -> recorded, job done
+                   "offsite"      redirected to another site  -> recorded, job done
+                   "blocked"      a redirect led where robots.txt disallows
+                   "too_many_redirects"
+  raises RateLimited (a DeferJob)  429, or 503 with Retry-After -> back at that time, no attempt burned
+  raises FetchError                5xx, timeouts, connection errors -> a failure, retried with backoff
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from email.utils import parsedate_to_datetime
+from urllib.robotparser import RobotFileParser
+
+import httpx
+
+from app.pipeline.stage import DeferJob
+from app.stages.urls import BadUrl, normalize_url, origin, same_site
+
+MAX_REDIRECTS = 5
+RATE_LIMIT_DEFAULT = timedelta(seconds=60)   # a 429 that does not say how long
+RATE_LIMIT_MAX = timedelta(days=1)           # longer Retry-After values are capped
+TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain")
+
+
+class FetchError(Exception):
+    """The server failed or could not be reached: worth trying again later."""
+
+
+class RateLimited(DeferJob):
+    """The site asked us to come back later (429, or 503 with Retry-After)."""
+
+
+@dataclass
+class Response:
+    url: str                 # what was asked for
+    final_url: str           # where redirects ended
+    status: int | None
+    outcome: str
+    content_type: str = ""
+    text: str | None = None
+    note: str | None = None
+
+    @property
+    def is_html(self) -> bool:
+        return self.content_type in ("text/html", "application/xhtml+xml")
+
+
+def retry_after(value: str | None, now: datetime | None = None) -> timedelta | None:
+    """A Retry-After header (seconds, or an HTTP date) as a delay, capped at a day."""
+    if not value:
+        return None
+    now = now or datetime.now(timezone.utc)
+    value = value.strip()
+    if value.isdigit():
+        delay = timedelta(seconds=int(value))
+    else:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        delay = when - now
+    return max(timedelta(seconds=1), min(delay, RATE_LIMIT_MAX))
+
+
+class WebClient:
+    """One run's client. robots.txt is read once per site per client (so once per run)."""
+
+    def __init__(self, *, user_agent: str, timeout: float, max_bytes: int) -> None:
+        self.user_agent = user_agent
+        self.timeout = timeout
+        self.max_bytes = max_bytes
+        self._robots: dict[str, asyncio.Task] = {}
+
+    @classmethod
+    def from_settings(cls, settings) -> "WebClient":
+        return cls(user_agent=settings.fetch_user_agent, timeout=settings.fetch_timeout_seconds,
+                   max_bytes=settings.fetch_max_bytes)
+
+    def _client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            headers={"User-Agent": self.user_agent, "Accept": "text/html, text/plain;q=0.8, */*;q=0.1"},
+            timeout=httpx.Timeout(self.timeout), follow_redirects=False)
+
+    # robots.txt --------------------------------------------------------------------
+
+    async def allowed(self, url: str) -> bool:
+        """Does the site's robots.txt let this user agent fetch `url`?"""
+        key = origin(url)
+        task = self._robots.get(key)
+        if task is None:
+            task = self._robots[key] = asyncio.ensure_future(self._read_robots(key))
+        try:
+            parser = await asyncio.shield(task)
+        except BaseException:
+            if task.done():  # a failed read is not remembered: the retry reads again
+                self._robots.pop(key, None)
+            raise
+        return parser.can_fetch(self.user_agent, url)
+
+    async def _read_robots(self, site: str) -> RobotFileParser:
+        """RFC 9309: a 4xx means no rules (allow all); 429/503 with Retry-After defers,
+        other 5xx and network errors fail the fetch so it is tried again later."""
+        parser = RobotFileParser()
+        resp = await self._get_once(f"{site}/robots.txt", read_body=True, follow=True)
+        if resp.outcome == "ok" and resp.text is not None:
+            parser.parse(resp.text.splitlines())
+        else:  # 4xx, not text, too large, redirected off-site: no usable rules
+            parser.parse([])
+        return parser
+
+    # pages -------------------------------------------------------------------------
+
+    async def get(self, url: str) -> Response:
+        """Fetch a page, following redirects within the site (each hop checked against
+        robots.txt). The whole fetch, redirects included, gets `timeout` seconds."""
+        return await self._get_once(url, read_body=True, follow=True, check_robots=True)
+
+    async def _get_once(self, url: str, *, read_body: bool, follow: bool,
+                        check_robots: bool = False) -> Response:
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self._get(url, read_body, follow, check_robots)
+        except TimeoutError:
+            raise FetchError(f"timed out after {self.timeout:g}s fetching {url}") from None
+        except httpx.TransportError as exc:
+            raise FetchError(f"{type(exc).__name__} fetching {url}: {exc}".rstrip(": ")) from None
+
+    async def _get(self, url: str, read_body: bool, follow: bool, check_robots: bool) -> Response:
+        current = url
+        async with self._client() as client:
+            for _ in range(MAX_REDIRECTS + 1):
+                async with client.stream("GET", current) as r:
+                    if r.is_redirect and follow:
+                        location = r.headers.get("location", "")
+                        try:
+                            target = normalize_url(location, base=current)
+                        except BadUrl:
+                            return Response(url, current, r.status_code, "client_error",
+                                            note=f"redirect to an unusable location {location!r}")
+                        if not same_site(url, target):
+                            return Response(url, target, r.status_code, "offsite",
+                                            note=f"redirected off the site to {target}")
+                        if check_robots and not await self.allowed(target):
+                            return Response(url, target, r.status_code, "blocked",
+                                            note=f"redirected to {target}, which robots.txt disallows")
+                        current = target
+                        continue
+                    return await self._finish(url, current, r, read_body)
+        return Response(url, current, None, "too_many_redirects",
+                        note=f"more than {MAX_REDIRECTS} redirects")
+
+    async def _finish(self, url: str, final: str, r: httpx.Response, read_body: bool) -> Response:
+        status = r.status_code
+        ctype = r.headers.get("content-type", "text/html").split(";")[0].strip().lower()
+        if status == 429 or (status == 503 and r.headers.get("retry-after")):
+            delay = retry_after(r.headers.get("retry-after")) or RATE_LIMIT_DEFAULT
+            raise RateLimited(delay, f"HTTP {status} from {final}: retry after {int(delay.total_seconds())}s")
+        if status >= 500:
+            raise FetchError(f"HTTP {status} from {final}")
+        if status >= 300:  # 4xx, or a redirect we were told not to follow
+            return Response(url, final, status, "client_error", ctype)
+        if ctype not in TEXT_TYPES:
+            return Response(url, final, status, "not_text", ctype, note=f"not text ({ctype})")
+        declared = r.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            return Response(url, final, status, "too_large", ctype,
+                            note=f"{declared} bytes, more than {self.max_bytes}")
+        body = bytearray()
+        if read_body:
+            async for chunk in r.aiter_bytes():
+                body += chunk
+                if len(body) > self.max_bytes:
+                    return Response(url, final, status, "too_large", ctype,
+                                    note=f"more than {self.max_bytes} bytes")
+        return Response(url, final, status, "ok", ctype, _decode(bytes(body), r.charset_encoding))
+
+
+def _decode(body: bytes, charset: str | None) -> str:
+    try:
+        return body.decode(charset or "utf-8", errors="replace")
+    except LookupError:  # a charset Python does not know
+        return body.decode("utf-8", errors="replace")
+
+
+_CLIENTS: "OrderedDict[uuid.UUID, WebClient]" = OrderedDict()
+
+
+def client_for(ctx) -> WebClient:
+    """The run's web client: robots.txt is read once per site per run."""
+    client = _CLIENTS.get(ctx.run_id)
+    if client is None:
+        client = _CLIENTS[ctx.run_id] = WebClient.from_settings(ctx.settings)
+        while len(_CLIENTS) > 8:
+            _CLIENTS.popitem(last=False)
+    return client

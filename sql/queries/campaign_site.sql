@@ -1,0 +1,1 @@
+SELECT id, url, name, status FROM campaigns WHERE id = $1

@@ -1,0 +1,82 @@
+"""Fixtures for the example pipeline: the test site and a fake LLM served on 127.0.0.1
+for the whole session, settings that fit a test (short fetch timeout), and helpers.
+(The root conftest's `clean` empties every table before each test, these included.)"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from app.pipeline.loop import Pipeline
+from app.settings import load_settings
+from app.stages import STAGES
+from app.stages.campaigns import add_campaign
+from tests.stages.servers import FakeLlm, Recorder, ServerThread, test_site
+
+
+@dataclass
+class Site:
+    url: str
+    rec: Recorder
+
+    def hits(self, path: str) -> int:
+        return self.rec.count(path)
+
+
+@pytest.fixture(scope="session")
+def _site_server():
+    app, rec = test_site()
+    with ServerThread(app) as server:
+        yield Site(server.url, rec)
+
+
+@pytest.fixture
+def site(_site_server):
+    _site_server.rec.clear()
+    return _site_server
+
+
+@pytest.fixture(scope="session")
+def _llm_server():
+    fake = FakeLlm()
+    with ServerThread(fake.app()) as server:
+        yield fake, server.url
+
+
+@pytest.fixture
+def llm(_llm_server):
+    fake, url = _llm_server
+    fake.reset()
+    fake.url = url
+    return fake
+
+
+def settings(**overrides):
+    base = dict(database_url="postgresql://unused", fetch_timeout_seconds=0.4, fetch_max_bytes=2048,
+                llm_base_url=None, llm_model=None, llm_api_key=None)
+    return load_settings(**{**base, **overrides})
+
+
+async def run(pool, trigger: str = "manual", stages=None, **overrides):
+    return await Pipeline(pool, stages or STAGES, settings(**overrides)).run(trigger)
+
+
+async def campaign(pool, url: str, plan: str = "pro", owner: str | None = None):
+    made = await add_campaign(pool, url, owner=owner or f"{plan}-{url.rsplit(':', 1)[-1]}@example.com",
+                              plan=plan)
+    return made["id"]
+
+
+async def pages(pool, campaign_id) -> dict:
+    rows = await pool.fetch("SELECT * FROM pages WHERE campaign_id = $1", campaign_id)
+    return {r["url"]: r for r in rows}
+
+
+async def jobs_by(pool, type_: str) -> dict:
+    rows = await pool.fetch("SELECT * FROM jobs WHERE type = $1", type_)
+    return {r["payload"].get("url", str(r["id"])): r for r in rows}
+
+
+async def seconds_until(pool, when) -> float:
+    return await pool.fetchval("SELECT extract(epoch FROM $1::timestamptz - now())::float8", when)
