@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import cron, errors, health
+from app.api import batches, cron, errors, health
 from app.api.runtime import Runtime
 from app.pipeline.stage import Stage
 from app.settings import Settings, get_settings
@@ -32,4 +32,5 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
     errors.install(app)
     app.include_router(cron.router)
     app.include_router(health.router)
+    app.include_router(batches.router)
     return app

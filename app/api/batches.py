@@ -1,0 +1,145 @@
+"""Batches over HTTP: the orchestrator (POST /campaigns/{id}/batches), progress
+(GET /batches/{id}) and cancel. Thin over app.engine.batches."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.errors import ApiError
+from app.api.params import only_params
+from app.engine import batches as engine
+from app.engine.batches import BatchRequest, CampaignNotFound
+
+router = APIRouter(tags=["batches"])
+
+MAX_JOBS = 50
+
+
+class BatchJobIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str = Field(min_length=1, max_length=100, description="a stage's job type")
+    payload: dict[str, Any] = Field(default_factory=dict)
+    total: int | None = Field(None, ge=0, description="expected units of work, for a progress bar")
+
+
+class BatchIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    jobs: list[BatchJobIn] = Field(min_length=1, max_length=MAX_JOBS)
+
+
+class BatchCreated(BaseModel):
+    batchId: uuid.UUID
+    created: dict[str, uuid.UUID] = Field(description="type -> the new job")
+    skipped: dict[str, uuid.UUID] = Field(description="type -> the open job that made it a duplicate")
+
+
+class BatchCounts(BaseModel):
+    pending: int
+    running: int
+    done: int
+    failed: int
+
+
+class BatchJobOut(BaseModel):
+    id: uuid.UUID
+    type: str
+    status: str
+    attempts: int
+    total: int | None
+    progress: int | None
+    lastError: str | None
+
+
+class BatchOut(BaseModel):
+    id: uuid.UUID
+    campaignId: uuid.UUID
+    status: str
+    jobs: int
+    counts: BatchCounts
+    total: int | None = Field(description="summed expected units (null when no job gave one)")
+    progress: int = Field(description="summed units done")
+    createdAt: str
+    finishedAt: str | None
+    children: list[BatchJobOut]
+
+
+def _pool(request: Request):
+    return request.app.state.runtime.pool()
+
+
+def _known_types(request: Request) -> list[str]:
+    return [s.type for s in request.app.state.runtime.stages]
+
+
+@router.post("/campaigns/{campaign_id}/batches", status_code=201, response_model=BatchCreated,
+             dependencies=[Depends(only_params())],
+             responses={404: {"description": "no such campaign"},
+                        409: {"description": "ALL_DUPLICATE_JOBS: every requested type is in flight"},
+                        422: {"description": "an unknown job type or a malformed body"}})
+async def create_batch(campaign_id: uuid.UUID, body: BatchIn, request: Request):
+    """One job per requested type, skipping types that already have an open job in the campaign."""
+    known = _known_types(request)
+    unknown = sorted({j.type for j in body.jobs} - set(known))
+    if unknown:
+        raise ApiError(422, "unknown_job_type",
+                       f"unknown job type {unknown[0]!r}; the stages are: {', '.join(known)}",
+                       {"unknown": unknown, "known": known})
+    try:
+        outcome = await engine.create_batch(
+            await _pool(request), campaign_id,
+            [BatchRequest(j.type, j.payload, j.total) for j in body.jobs])
+    except CampaignNotFound:
+        raise ApiError(404, "not_found", f"no campaign {campaign_id}") from None
+    skipped = {t: str(i) for t, i in outcome.skipped.items()}
+    if outcome.batch_id is None:
+        raise ApiError(409, "ALL_DUPLICATE_JOBS",
+                       "every requested job type already has an open job in this campaign",
+                       {"openJobs": skipped})
+    return JSONResponse(status_code=201, content={
+        "batchId": str(outcome.batch_id),
+        "created": {t: str(i) for t, i in outcome.created.items()},
+        "skipped": skipped})
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+@router.get("/batches/{batch_id}", response_model=BatchOut, dependencies=[Depends(only_params())],
+            responses={404: {"description": "no such batch"}})
+async def get_batch(batch_id: uuid.UUID, request: Request) -> dict[str, Any]:
+    """Status, counts by job status and summed progress: enough to draw a progress bar."""
+    pool = await _pool(request)
+    row = await engine.get_batch(pool, batch_id)
+    if row is None:
+        raise ApiError(404, "not_found", f"no batch {batch_id}")
+    children = await engine.batch_jobs(pool, batch_id)
+    return {
+        "id": row["id"], "campaignId": row["campaign_id"], "status": row["status"], "jobs": row["jobs"],
+        "counts": {k: row[k] for k in ("pending", "running", "done", "failed")},
+        "total": row["total"], "progress": row["progress"] or 0,
+        "createdAt": _iso(row["created_at"]), "finishedAt": _iso(row["finished_at"]),
+        "children": [{"id": c["id"], "type": c["type"], "status": c["status"], "attempts": c["attempts"],
+                      "total": c["total"], "progress": c["progress"], "lastError": c["last_error"]}
+                     for c in children],
+    }
+
+
+@router.post("/batches/{batch_id}/cancel", dependencies=[Depends(only_params())],
+             responses={404: {"description": "no such batch"}, 409: {"description": "already finished"}})
+async def cancel_batch(batch_id: uuid.UUID, request: Request) -> dict[str, Any]:
+    """Stop an open batch: unstarted jobs are cancelled, running ones finish."""
+    pool = await _pool(request)
+    cancelled, jobs = await engine.cancel_batch(pool, batch_id)
+    if not cancelled:
+        row = await engine.get_batch(pool, batch_id)
+        if row is None:
+            raise ApiError(404, "not_found", f"no batch {batch_id}")
+        raise ApiError(409, "batch_finished", f"batch {batch_id} is already {row['status']}",
+                       {"status": row["status"]})
+    return {"id": str(batch_id), "status": "cancelled", "jobsCancelled": jobs}

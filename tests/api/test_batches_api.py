@@ -1,0 +1,80 @@
+"""The orchestrator and batch progress over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from serving_kit import Recorder
+
+from tests import factories as f
+
+
+async def client_and_campaign(make_client, pool, recorder):
+    other = Recorder("export")
+    client = await make_client(stages=[recorder.stage, other.stage])
+    campaign = await f.campaign(pool, await f.user(pool, "pro"))
+    return client, campaign
+
+
+async def test_create_then_partial_then_all_duplicate(make_client, pool, recorder):
+    client, c = await client_and_campaign(make_client, pool, recorder)
+    first = await client.post(f"/campaigns/{c}/batches", json={"jobs": [
+        {"type": "record", "payload": {"kind": "videos"}, "total": 40}]})
+    assert first.status_code == 201, first.text
+    created = first.json()
+    assert set(created["created"]) == {"record"} and created["skipped"] == {}
+
+    partial = await client.post(f"/campaigns/{c}/batches", json={"jobs": [{"type": "record"}, {"type": "export"}]})
+    assert partial.status_code == 201
+    assert set(partial.json()["created"]) == {"export"}
+    assert partial.json()["skipped"] == {"record": created["created"]["record"]}
+
+    dup = await client.post(f"/campaigns/{c}/batches", json={"jobs": [{"type": "record"}, {"type": "export"}]})
+    assert dup.status_code == 409
+    error = dup.json()["error"]
+    assert error["code"] == "ALL_DUPLICATE_JOBS"
+    assert error["details"]["openJobs"] == {"record": created["created"]["record"],
+                                            "export": partial.json()["created"]["export"]}
+
+
+async def test_two_identical_requests_at_once_create_one_set(make_client, pool, recorder):
+    client, c = await client_and_campaign(make_client, pool, recorder)
+    body = {"jobs": [{"type": "record"}, {"type": "export"}]}
+    answers = await asyncio.gather(*(client.post(f"/campaigns/{c}/batches", json=body) for _ in range(5)))
+    assert sorted(a.status_code for a in answers) == [201, 409, 409, 409, 409]
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE campaign_id = $1", c) == 2
+
+
+async def test_bad_requests_are_clear_4xx(make_client, pool, recorder):
+    client, c = await client_and_campaign(make_client, pool, recorder)
+    unknown = await client.post(f"/campaigns/{c}/batches", json={"jobs": [{"type": "nope"}]})
+    assert unknown.status_code == 422 and unknown.json()["error"]["code"] == "unknown_job_type"
+    assert "record" in unknown.json()["error"]["message"]
+    empty = await client.post(f"/campaigns/{c}/batches", json={"jobs": []})
+    assert empty.status_code == 422 and empty.json()["error"]["code"] == "invalid_request"
+    missing = await client.post(f"/campaigns/{uuid.uuid4()}/batches", json={"jobs": [{"type": "record"}]})
+    assert missing.status_code == 404
+    param = await client.post(f"/campaigns/{c}/batches?force=1", json={"jobs": [{"type": "record"}]})
+    assert param.status_code == 400 and "'force'" in param.json()["error"]["message"]
+    garbage = await client.post(f"/campaigns/{c}/batches", content=b"{not json",
+                                headers={"content-type": "application/json"})
+    assert garbage.status_code == 422
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
+
+
+async def test_progress_through_a_real_run(make_client, pool, recorder):
+    client, c = await client_and_campaign(make_client, pool, recorder)
+    created = (await client.post(f"/campaigns/{c}/batches", json={"jobs": [
+        {"type": "record", "total": 10}, {"type": "export", "total": 5}]})).json()
+    batch = (await client.get(f"/batches/{created['batchId']}")).json()
+    assert batch["status"] == "pending" and batch["counts"] == {"pending": 2, "running": 0, "done": 0, "failed": 0}
+    assert (batch["total"], batch["progress"]) == (15, 0)
+    from serving_kit import AUTH
+    assert (await client.post("/cron/pipeline", headers=AUTH)).status_code == 200
+    assert (await client.post("/cron/pipeline", headers=AUTH)).status_code == 200  # reconciles
+    batch = (await client.get(f"/batches/{created['batchId']}")).json()
+    assert batch["status"] == "completed" and batch["counts"]["done"] == 2
+    assert batch["progress"] == 15 and batch["finishedAt"] is not None
+    assert (await client.post(f"/batches/{created['batchId']}/cancel")).status_code == 409
+    assert (await client.get(f"/batches/{uuid.uuid4()}")).status_code == 404
