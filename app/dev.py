@@ -25,7 +25,7 @@ import uvicorn
 
 from app.api.main import create_app
 from app.api.runtime import DATABASE_ERRORS, Runtime
-from app.devdb import LocalPostgresError
+from app.devdb import LocalPostgresError, pid_alive
 from app.engine.db import connect
 from app.engine.migrate import migrate
 from app.logs import configure_logging
@@ -42,21 +42,11 @@ class DevError(Exception):
     """A setup problem, said in one line."""
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _is_dev_process(pid: int) -> bool:
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
-        return _pid_alive(pid)  # no /proc: trust the pid
+        return pid_alive(pid)  # no /proc: trust the pid
     return b"app.dev" in cmdline
 
 
@@ -68,7 +58,7 @@ def claim_data_dir(data_dir: Path) -> None:
         other = int(pidfile.read_text().strip())
     except (FileNotFoundError, ValueError):
         other = None
-    if other and other != os.getpid() and _pid_alive(other) and _is_dev_process(other):
+    if other and other != os.getpid() and pid_alive(other) and _is_dev_process(other):
         raise DevError(f"another `make run` (pid {other}) is using {data_dir}; stop it first")
     if other:
         log.warning("the previous `make run` (pid %s) did not stop cleanly", other)
@@ -90,7 +80,7 @@ def start_local_postgres(data_dir: Path):
     from app.devdb import LocalPostgres, local_database_url
 
     server = LocalPostgres(data_dir)
-    left_running = server._running_port()
+    left_running = server.running_port()
     dsn = asyncio.run(local_database_url(data_dir))
     if left_running is not None:
         log.warning("reusing the PostgreSQL left running on %s (port %s); it stops with this run",

@@ -52,7 +52,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -100,7 +100,7 @@ class LocalPostgres:
                 path.chmod(want)
         os.chown(self.data_dir, entry.pw_uid, entry.pw_gid)
 
-    def _running_port(self) -> int | None:
+    def running_port(self) -> int | None:
         """The port of a live server on this data directory, if one is up."""
         pidfile = self._pgdata / "postmaster.pid"
         try:
@@ -109,7 +109,7 @@ class LocalPostgres:
             return None
         if len(lines) < 4 or not lines[0].strip().isdigit():
             return None
-        if not _pid_alive(int(lines[0])):
+        if not pid_alive(int(lines[0])):
             return None
         return int(lines[3])
 
@@ -121,7 +121,7 @@ class LocalPostgres:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             self._prepare_root()
-        port = self._running_port()
+        port = self.running_port()
         if port is not None:
             return port
         bins = _bin_dir()
@@ -148,14 +148,14 @@ class LocalPostgres:
         return port
 
     def stop(self) -> None:
-        if self._running_port() is None:
+        if self.running_port() is None:
             return
         subprocess.run(
             [str(_bin_dir() / "pg_ctl"), "-D", str(self._pgdata), "-m", "fast", "-w", "stop"],
             capture_output=True, **self._run_as(),
         )
         deadline = time.monotonic() + 10
-        while self._running_port() is not None and time.monotonic() < deadline:
+        while self.running_port() is not None and time.monotonic() < deadline:
             time.sleep(0.1)
 
 
