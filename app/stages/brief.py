@@ -9,7 +9,7 @@ from __future__ import annotations
 from app.engine.jobs import Job, NewJob
 from app.engine.queries import query
 from app.pipeline.stage import Context
-from app.stages.crawl import discover
+from app.stages.crawl import discover, lock_pages
 from app.stages.html import parse_html, parse_plain, top_words
 from app.stages.spend import spend_fetch
 from app.stages.urls import BadUrl, normalize_url
@@ -51,6 +51,7 @@ async def brief(job: Job, ctx: Context) -> None:
     resp = await client.get(url)
     ctx.count("pages_fetched")
     async with ctx.db.acquire() as conn, conn.transaction():
+        await lock_pages(conn, job.campaign_id)
         if resp.outcome != "ok":
             note = resp.note or f"the home page answered HTTP {resp.status}"
             await _keep(conn, job.campaign_id, url, resp, note=f"{note}; nothing to crawl")

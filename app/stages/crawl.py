@@ -33,8 +33,15 @@ def crawl_job(campaign_id: uuid.UUID, page: Any) -> NewJob:
                   dedupe_key=f"crawl:{campaign_id}:{page['url']}")
 
 
+async def lock_pages(conn, campaign_id: uuid.UUID) -> None:
+    """Take the campaign's page-recording lock for the rest of the transaction: call it
+    first in any transaction that discovers pages."""
+    await conn.execute(query("pages_lock"), campaign_id)
+
+
 async def discover(conn, campaign_id: uuid.UUID, urls: list[str], depth: int) -> int:
-    """Record pages never seen before and queue a crawl for each; returns how many."""
+    """Record pages never seen before and queue a crawl for each; returns how many.
+    Inside a transaction that holds lock_pages for the campaign."""
     urls = list(dict.fromkeys(urls))
     if not urls:
         return 0
@@ -79,6 +86,7 @@ async def store_response(ctx: Context, campaign_id: uuid.UUID, page, resp: Respo
     """Record what the fetch found on the page's row; for a page with text, queue its
     extract and its links. One transaction: a page is never recorded without its follow-ups."""
     async with ctx.db.acquire() as conn, conn.transaction():
+        await lock_pages(conn, campaign_id)
         if resp.outcome != "ok":
             state = {"client_error": "fetched", "blocked": "blocked"}.get(resp.outcome, "skipped")
             await _record(conn, page["id"], state, resp)
@@ -111,7 +119,9 @@ async def _page_for(job: Job, ctx: Context):
     if page_id:
         return await ctx.db.fetchrow(query("page_get"), uuid.UUID(str(page_id)))
     url = normalize_url(job.payload.get("url") or "")
-    rows = await ctx.db.fetch(query("pages_discover"), job.campaign_id, [url], 0)
+    async with ctx.db.acquire() as conn, conn.transaction():
+        await lock_pages(conn, job.campaign_id)
+        rows = await conn.fetch(query("pages_discover"), job.campaign_id, [url], 0)
     if rows:
         return await ctx.db.fetchrow(query("page_get"), rows[0]["id"])
     return None  # known already: it has (or had) its own crawl job

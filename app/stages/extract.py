@@ -130,6 +130,10 @@ async def extract(jobs: list[Job], ctx: Context) -> dict[uuid.UUID, BaseExceptio
         for c in find_contacts(page["body"], page["content_type"]):
             rows.append((page["campaign_id"], c.kind, c.value, c.handle, page["id"], page["final_url"]))
     if rows:
+        # one order for every inserter (two overlapping runs cannot deadlock); within a
+        # campaign, a contact found on several pages keeps the first page of the batch
+        rows = sorted(enumerate(rows), key=lambda r: (str(r[1][0]), r[1][2], r[0]))
+        rows = [r for _, r in rows]
         async with ctx.db.acquire() as conn, conn.transaction():
             new = await conn.fetch(query("contacts_insert"), *map(list, zip(*rows)))
             if new:

@@ -1,0 +1,51 @@
+"""The shared quota: atomic, never below zero; the reserve is for runs a person started."""
+
+from __future__ import annotations
+
+import asyncio
+
+from app.engine import quota
+from tests.stages.conftest import campaign, run, seconds_until
+
+
+async def test_concurrent_spends_never_overspend(pool):
+    async def one(trigger):
+        return await quota.spend(pool, 1, trigger, daily_units=30, reserve=10)
+
+    scheduled = await asyncio.gather(*(one("cron") for _ in range(40)))
+    assert sum(s.ok for s in scheduled) == 20  # down to the reserve, not into it
+    assert {s.status for s in scheduled if not s.ok} == {quota.RESERVE}
+    people = await asyncio.gather(*(one("manual") for _ in range(40)))
+    assert sum(s.ok for s in people) == 10  # a person's run spends the reserve
+    assert {s.status for s in people if not s.ok} == {quota.EXHAUSTED}
+    day = await quota.today(pool, daily_units=30, reserve=10)
+    assert (day.spent, day.units_left) == (30, 0)
+    assert (await one("cron")).status == quota.EXHAUSTED  # at zero: exhausted for everyone
+
+
+async def test_a_scheduled_run_stops_at_the_reserve_and_a_person_may_spend_it(pool, site):
+    limits = dict(quota_daily_units=5, quota_reserve_units=2)
+    cid = await campaign(pool, site.url + "/")
+
+    cron = await run(pool, "cron", **limits)
+    assert cron.stop_reason == "quota_reserve" and cron.error is None
+    assert cron.units == 3 and cron.jobs_failed == 0  # brief, then the home page, then one more
+    row = await pool.fetchrow("SELECT * FROM runs WHERE id = $1", cron.run_id)
+    assert row["stop_reason"] == "quota_reserve" and row["quota_units"] == 3
+    # the jobs that met the reserve wait, without a burned attempt, for a run that may spend it
+    waiting = await pool.fetch("SELECT * FROM jobs WHERE type = 'crawl' AND status = 'pending'")
+    assert waiting and {j["attempts"] for j in waiting} == {0}
+    assert max([await seconds_until(pool, j["run_after"]) for j in waiting]) <= 1
+    # a refused fetch does not use up the campaign's page allowance either
+    assert await pool.fetchval("SELECT pages FROM campaign_usage WHERE campaign_id = $1", cid) == 3
+
+    manual = await run(pool, "manual", **limits)
+    assert manual.stop_reason == "quota_exhausted" and manual.units == 2
+    assert await pool.fetchval("SELECT spent FROM quota_ledger") == 5
+
+    again = await run(pool, "cron", **limits)
+    assert again.stop_reason == "quota_exhausted" and again.units == 0
+    # at zero, the job that tried waits for the next UTC day, when the ledger starts afresh
+    tomorrow = quota.next_utc_day()
+    deferred = await pool.fetch("SELECT * FROM jobs WHERE type = 'crawl' AND run_id = $1", again.run_id)
+    assert any(j["run_after"] == tomorrow and j["attempts"] == 0 for j in deferred)

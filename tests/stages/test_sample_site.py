@@ -1,0 +1,53 @@
+"""The shipped sample site, crawled end to end: what `make run`'s first tick produces."""
+
+from __future__ import annotations
+
+import pytest
+from starlette.applications import Starlette
+
+from app.stages.campaigns import seed_demo
+from app.stages.sample import mount_sample_site, robots_txt, sample_site_app
+from tests.stages.conftest import run
+from tests.stages.servers import ServerThread
+
+EXPECTED = {
+    "hello@northwind.test", "maya@northwind.test", "press@northwind.test", "partnerships@northwind.test",
+    "https://www.youtube.com/@trailmaya", "https://www.instagram.com/northwind.outdoor",
+    "https://www.tiktok.com/@northwindco", "https://x.com/northwindco", "https://www.twitch.tv/northwindlive",
+}
+
+
+def mounted_app():
+    app = Starlette()
+    mount_sample_site(app, "/sample")
+    return app
+
+
+@pytest.mark.parametrize("make_app, prefix", [(sample_site_app, ""), (mounted_app, "/sample")],
+                         ids=["standalone", "mounted"])
+async def test_the_first_tick_finds_the_contacts_and_drafts_them(pool, make_app, prefix):
+    with ServerThread(make_app()) as server:
+        base = f"{server.url}{prefix}/"
+        cid = await seed_demo(pool, base)
+        assert cid is not None and await seed_demo(pool, base) is None  # only into an empty database
+        result = await run(pool, "cron")
+    failed = await pool.fetch("SELECT type, payload, last_error FROM jobs WHERE attempts > 0 AND status <> 'done'")
+    assert result.stop_reason == "no_work" and result.jobs_failed == 0, failed
+    contacts = {r["value"] for r in await pool.fetch("SELECT value FROM contacts WHERE campaign_id = $1", cid)}
+    assert contacts == EXPECTED  # and not the staff area's insider@
+    assert await pool.fetchval("SELECT count(*) FROM drafts WHERE campaign_id = $1", cid) == len(EXPECTED)
+    pages = {r["url"].removeprefix(base): r for r in await pool.fetch("SELECT * FROM pages WHERE campaign_id = $1", cid)}
+    assert pages["private/"]["state"] == "blocked"
+    assert pages["old-catalogue.html"]["status_code"] == 404
+    assert pages["blog"]["state"] == "redirected" and pages["blog/"]["state"] == "fetched"
+    assert not [u for u in pages if "example.org" in u]
+    assert len(pages) == 14  # 11 public pages, the blocked one, the broken link, /blog
+    s = result.summary
+    assert s["contacts_found"] == len(EXPECTED) and s["drafts_written"] == len(EXPECTED)
+    brief = await pool.fetchrow("SELECT * FROM briefs WHERE campaign_id = $1", cid)
+    assert brief["title"].startswith("Northwind Outdoor Co.") and "hiking" in brief["keywords"]
+
+
+def test_robots_rules_move_with_the_mount():
+    assert "Disallow: /private/" in robots_txt()
+    assert "Disallow: /sample/private/" in robots_txt("/sample/")
