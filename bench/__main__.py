@@ -1,0 +1,204 @@
+"""python -m bench (make bench): Skiplock's throughput and fair-claim latency.
+
+With no arguments: a throwaway PostgreSQL (or DATABASE_URL's server), then
+  1. drain: 20,000 no-op jobs through 10 overlapping Pipeline.run calls, batch
+     25 / 50 / 100, mixed campaigns and ownerless, median of 3 (bench/drain.py);
+  2. fair-claim latency with 10k / 1M / 10M done jobs of the last day, and the seed's
+     naive fairness CTE at 10k and 1M for comparison (bench/claim_latency.py);
+then a table on stdout and everything in bench/results/latest.json.
+--peers adds pgqueuer 1.6.0 on the same server (bench/peers.py; needs pip access).
+Each part has a time cap; the whole run stays within about ten minutes here."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from bench import claim_latency, drain, machine, peers
+from bench.server import Server
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+TARGET_DRAIN = 10_000       # jobs/s, fairness on
+TARGET_P95_1M = 5.0         # ms, fair claim of 25 with 1M done rows
+TARGET_RATIO_10M = 1.5      # p95 at 10M / p95 at 10k
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", choices=["drain", "claim"], help="run one part only")
+    p.add_argument("--n", type=int, default=20_000, help="jobs per drain (default 20000)")
+    p.add_argument("--workers", type=int, default=10, help="overlapping pipeline runs (default 10)")
+    p.add_argument("--batches", type=int, nargs="+", default=[25, 50, 100], help="stage batch sizes")
+    p.add_argument("--shapes", nargs="+", default=["mixed", "ownerless"], choices=["mixed", "ownerless"])
+    p.add_argument("--repeats", type=int, default=3, help="drains per setting; the median is reported")
+    p.add_argument("--no-diagnostics", action="store_true",
+                   help="skip the user-stage-only drain (what the pipeline's own stages cost)")
+    p.add_argument("--drain-cap", type=float, default=240, help="seconds for the whole drain part")
+    p.add_argument("--sizes", type=_size, nargs="+", default=[10_000, 1_000_000, 10_000_000],
+                   help="done rows for the claim latency (e.g. 10k 1M 10M)")
+    p.add_argument("--naive-sizes", type=_size, nargs="*", default=[10_000, 1_000_000],
+                   help="sizes at which to measure the seed's naive CTE too")
+    p.add_argument("--samples", type=int, default=200, help="timed claims per size")
+    p.add_argument("--claim-cap", type=float, default=420, help="seconds for the whole latency part")
+    p.add_argument("--peers", action="store_true", help="also run pgqueuer 1.6.0 (pip-installs into /tmp)")
+    p.add_argument("--peers-dir", type=Path, default=Path("/work/shared/bench-peers"))
+    p.add_argument("--out", type=Path, default=RESULTS / "latest.json")
+    return p
+
+
+def _size(text: str) -> int:
+    t = text.strip().lower().replace(",", "").replace("_", "")
+    mult = {"k": 1_000, "m": 1_000_000}.get(t[-1:], 1)
+    try:
+        return int(float(t[:-1] if mult > 1 else t) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 10k, 1M, 10000000)") from None
+
+
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+async def main(args) -> dict:
+    out: dict = {"machine": machine.facts(), "args": {k: (str(v) if isinstance(v, Path) else v)
+                                                      for k, v in vars(args).items()}}
+    _log(f"machine: {out['machine']['nproc']} CPUs ({out['machine']['cpu_model']}), "
+         f"{out['machine']['memory_gib']} GiB, Python {out['machine']['python']}, "
+         f"load average {out['machine']['load_average_at_start']}")
+    server = await Server.open()
+    try:
+        out["postgres"] = await server.facts()
+        _log(f"postgres: {out['postgres']['version']} ({out['postgres']['where']}), "
+             f"shared_buffers {out['postgres']['shared_buffers']}, fsync {out['postgres']['fsync']}, "
+             f"synchronous_commit {out['postgres']['synchronous_commit']}")
+        if args.only in (None, "drain"):
+            _log(f"\n[1] drain: {args.n:,} no-op jobs, {args.workers} overlapping Pipeline.run calls")
+            out["drain"] = await _guard(drain.run(
+                server, n=args.n, workers=args.workers, batches=args.batches, shapes=args.shapes,
+                repeats=args.repeats, cap=args.drain_cap, campaigns=100,
+                diagnostics=not args.no_diagnostics, log=_log))
+        if args.only in (None, "claim"):
+            _log(f"\n[2] fair claim of 25: done rows {', '.join(f'{s:,}' for s in args.sizes)}")
+            out["claim"] = await _guard(claim_latency.run(
+                server, sizes=args.sizes, pending=20_000, warmup=20, samples=args.samples, rounds=5,
+                naive_sizes=args.naive_sizes, naive_samples=args.samples, naive_cap=45,
+                cap=args.claim_cap, log=_log))
+        if args.peers:
+            _log("\n[3] peer: pgqueuer 1.6.0 on the same server")
+            out["peers"] = await _guard(peers.run(
+                server, peers_dir=args.peers_dir, variants=["unlimited", "ep10"], n=args.n,
+                concurrency=args.workers, repeats=args.repeats, cap=300, log=_log))
+    finally:
+        await server.close()
+    out["machine"]["load_average_at_end"] = machine.load()
+    return out
+
+
+async def _guard(coro) -> dict:
+    """A part that fails is reported, and the others still run."""
+    try:
+        return await coro
+    except Exception as exc:  # noqa: BLE001
+        traceback.print_exc()
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _targets(out: dict) -> dict:
+    t: dict = {}
+    d = out.get("drain", {}).get("results", {})
+    head = d.get("mixed batch=25 loop") or next(iter(d.values()), None)
+    if head:
+        t["drain_jobs_s"] = {"target": f">= {TARGET_DRAIN:,}", "value": round(head["jobs_s_median"]),
+                             "setting": f"{head['shape']} batch={head['batch']}",
+                             "met": head["jobs_s_median"] >= TARGET_DRAIN and head["all_ok"]}
+    c = out.get("claim", {}).get("results", {})
+    if "1000000" in c:
+        t["claim_p95_1M_ms"] = {"target": f"< {TARGET_P95_1M}", "value": c["1000000"]["p95_ms"],
+                                "met": c["1000000"]["p95_ms"] < TARGET_P95_1M}
+    if "10000" in c and "10000000" in c:
+        ratio = c["10000000"]["p95_ms"] / c["10000"]["p95_ms"]
+        t["claim_p95_10M_over_10k"] = {"target": f"<= {TARGET_RATIO_10M}", "value": round(ratio, 2),
+                                       "met": ratio <= TARGET_RATIO_10M}
+    return t
+
+
+def _table(out: dict) -> str:
+    m, pg = out["machine"], out.get("postgres", {})
+    lines = [f"\nSkiplock benchmark, {m['date']}: {m['nproc']} CPUs ({m['cpu_model']}), "
+             f"{m['memory_gib']} GiB, PostgreSQL {pg.get('version', '?')}, Python {m['python']}, "
+             f"load average {m['load_average_at_start']} -> {m.get('load_average_at_end')}"]
+    d = out.get("drain", {})
+    if d.get("results"):
+        lines += ["", f"Drain: {d['n']:,} no-op jobs, {d['workers']} overlapping Pipeline.run, "
+                      f"median of {d['repeats']} (jobs/s)",
+                  f"  {'shape':10s} {'batch':>5s}  {'variant':16s} {'drain':>8s}  {'runs':24s} "
+                  f"{'enqueue':>8s}  {'jobs/claim':>10s}  checks"]
+        for r in d["results"].values():
+            per_claim = sorted(x["jobs_per_claim"] for x in r["runs"])[len(r["runs"]) // 2]
+            lines.append(
+                f"  {r['shape']:10s} {r['batch']:5d}  {r['variant']:16s} {r['jobs_s_median']:8,.0f}  "
+                f"{' '.join(f'{x:,}' for x in r['jobs_s_all']):24s} {r['enqueue_jobs_s_median']:8,.0f}  "
+                f"{per_claim:10.1f}  {'ok' if r['all_ok'] else 'FAILED'}")
+    elif "error" in d:
+        lines.append(f"\nDrain: {d['error']}")
+    c = out.get("claim", {})
+    if c.get("results"):
+        lines += ["", f"Fair claim of 25 (ms), {c['pending']:,} pending over {c['campaigns']:,} campaigns, "
+                      f"BEGIN ... ROLLBACK per sample",
+                  f"  {'done rows':>12s}  {'p50':>6s}  {'p95':>6s}  {'p99':>6s}  {'naive p50':>9s}  "
+                  f"{'naive p95':>9s}  {'load s':>6s}"]
+        for size, r in c["results"].items():
+            n = c.get("naive", {}).get(size)
+            naive = f"{n['p50_ms']:9.1f}  {n['p95_ms']:9.1f}" if n else f"{'-':>9s}  {'-':>9s}"
+            lines.append(
+                f"  {int(size):12,d}  {r['p50_ms']:6.2f}  {r['p95_ms']:6.2f}  {r['p99_ms']:6.2f}  "
+                f"{naive}  {c['load'][size]['total_s']:6.1f}")
+        for s in c.get("skipped", []):
+            lines.append(f"  {s:12,d}  skipped (time cap)")
+    elif "error" in c:
+        lines.append(f"\nClaim latency: {c['error']}")
+    p = out.get("peers")
+    if p:
+        lines += ["", "Peer on the same server:"]
+        if "skipped" in p or "error" in p:
+            lines.append(f"  {p.get('skipped') or p.get('error')}")
+        for v, s in p.get("variants", {}).items():
+            if "process_jobs_s_median" in s:
+                lines.append(f"  pgqueuer 1.6.0 {v:10s} drain {s['process_jobs_s_median']:8,.0f} jobs/s  "
+                             f"enqueue {s.get('enqueue_jobs_s_median', 0):8,.0f} jobs/s")
+            else:
+                lines.append(f"  pgqueuer 1.6.0 {v:10s} {s.get('error', 'no result')[:200]}")
+    t = out.get("targets", {})
+    if t:
+        lines += ["", "Targets:"]
+        for k, v in t.items():
+            lines.append(f"  {k:24s} {str(v['value']):>8s}  (target {v['target']})  "
+                         f"{'met' if v['met'] else 'NOT met'}")
+    return "\n".join(lines)
+
+
+def cli() -> int:
+    args = _parser().parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("skiplock").setLevel(logging.WARNING)
+    started = time.monotonic()
+    out = asyncio.run(main(args))
+    out["targets"] = _targets(out)
+    out["seconds"] = round(time.monotonic() - started, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1, default=str) + "\n")
+    print(_table(out))
+    print(f"\n{out['seconds']:.0f} s in all; results in {args.out}")
+    failed = any("error" in (out.get(k) or {}) for k in ("drain", "claim"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

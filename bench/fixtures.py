@@ -1,0 +1,25 @@
+"""Accounts and campaigns for the benchmarks: users on each plan, one campaign each."""
+
+from __future__ import annotations
+
+import uuid
+
+from app.plans import PLANS
+
+
+async def campaigns(conn, n: int) -> list[uuid.UUID]:
+    """n active campaigns, each owned by its own user; plans cycle through PLANS
+    (free, standard, pro, free, ...). Returns the campaign ids in that order."""
+    plans = list(PLANS)
+    users = [uuid.uuid4() for _ in range(n)]
+    ids = [uuid.uuid4() for _ in range(n)]
+    await conn.execute(
+        "INSERT INTO users (id, email) SELECT u, 'bench-' || u || '@example.invalid' "
+        "FROM unnest($1::uuid[]) AS u", users)
+    await conn.execute(
+        "INSERT INTO subscriptions (user_id, plan) SELECT * FROM unnest($1::uuid[], $2::text[])",
+        users, [plans[i % len(plans)] for i in range(n)])
+    await conn.execute(
+        "INSERT INTO campaigns (id, user_id, name) "
+        "SELECT c, u, 'bench' FROM unnest($1::uuid[], $2::uuid[]) AS x(c, u)", ids, users)
+    return ids

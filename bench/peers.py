@@ -1,0 +1,80 @@
+"""Optional: the peer pgqueuer benchmark on the same server in the same sitting.
+
+Runs /work/shared/bench-peers/bench_pgqueuer.py (or --peers-dir) with pgqueuer 1.6.0
+installed into a throwaway venv under /tmp (never into the project's), against the
+server the rest of the benchmark used: its scripts connect as `postgres` on
+127.0.0.1:$PGPORT. Variants: `unlimited` (library defaults, no concurrency cap: the
+3,300 jobs/s reference) and `ep10` (entrypoint concurrency_limit=10)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from urllib.parse import urlparse
+
+VENV = Path(tempfile.gettempdir()) / "skiplock-bench-peers-venv"
+REQUIREMENTS = ["pgqueuer==1.6.0", "asyncpg==0.32.0", "uvloop==0.23.0"]
+
+
+def _venv_python() -> Path:
+    py = VENV / "bin" / "python"
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    check = subprocess.run([str(py), "-c", "import pgqueuer, uvloop, asyncpg"], capture_output=True)
+    if check.returncode != 0:
+        subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                        *REQUIREMENTS], check=True)
+    return py
+
+
+def _port(admin_dsn: str) -> int | None:
+    u = urlparse(admin_dsn)
+    if u.hostname not in ("127.0.0.1", "localhost") or (u.username or "postgres") != "postgres":
+        return None
+    return u.port or 5432
+
+
+async def run(server, *, peers_dir: Path, variants: list[str], n: int, concurrency: int,
+              repeats: int, cap: float, log=print) -> dict:
+    script = peers_dir / "bench_pgqueuer.py"
+    if not script.exists():
+        return {"skipped": f"{script} not found"}
+    port = _port(server.admin_dsn)
+    if port is None:
+        return {"skipped": "the peer scripts need user postgres on 127.0.0.1"}
+    try:
+        py = await asyncio.to_thread(_venv_python)
+    except (subprocess.CalledProcessError, OSError) as exc:
+        return {"skipped": f"could not prepare the peer venv: {exc}"}
+    out: dict = {"library": "pgqueuer 1.6.0", "venv": str(VENV), "event_loop": "uvloop",
+                 "variants": {}}
+    for variant in variants:
+        results = Path(tempfile.mkstemp(prefix="skiplock-peers-", suffix=".jsonl")[1])
+        env = {**os.environ, "PGPORT": str(port), "BENCH_RESULTS": str(results)}
+        proc = await asyncio.create_subprocess_exec(
+            str(py), str(script), "--n", str(n), "--concurrency", str(concurrency),
+            "--runs", str(repeats), "--variant", variant, cwd=str(peers_dir), env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        try:
+            stdout, _ = await asyncio.wait_for(proc.communicate(), timeout=cap)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            out["variants"][variant] = {"error": f"over the {cap:.0f} s cap"}
+            continue
+        rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+        results.unlink(missing_ok=True)
+        summary = next((r["summary"] for r in rows if "summary" in r), None)
+        if summary is None:
+            out["variants"][variant] = {"error": stdout.decode(errors="replace")[-1500:]}
+            continue
+        out["variants"][variant] = summary
+        log(f"  pgqueuer {variant:9s}: drain {summary.get('process_jobs_s_median', 0):7,.0f} jobs/s"
+            f"  enqueue {summary.get('enqueue_jobs_s_median', 0):7,.0f} jobs/s"
+            f"  ({summary.get('ok_runs')}/{summary.get('runs')} runs ok)")
+    return out

@@ -1,0 +1,99 @@
+"""The Postgres the benchmark runs on: DATABASE_URL's server, or a throwaway local one.
+
+Each sub-benchmark gets a database of its own (created fresh, migrated with the real
+migrations, dropped at the end), so nothing it does touches the application's data."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+
+from app.engine.db import connect
+from app.engine.migrate import migrate
+
+
+@dataclass
+class Server:
+    admin_dsn: str                 # a DSN to a database we can CREATE DATABASE from
+    owned: object | None = None    # the LocalPostgres we started, if any
+    folder: Path | None = None
+    port: int | None = None
+    created: list[str] = field(default_factory=list)
+
+    @classmethod
+    async def open(cls) -> "Server":
+        url = os.environ.get("DATABASE_URL")
+        if url:
+            return cls(admin_dsn=url)
+        from app.devdb import LocalPostgres
+
+        folder = Path(tempfile.mkdtemp(prefix="skiplock-bench-"))
+        server = LocalPostgres(folder)  # default durability: fsync and synchronous_commit on
+        port = await asyncio.to_thread(server.start)
+        return cls(admin_dsn=server.dsn(port), owned=server, folder=folder, port=port)
+
+    def dsn(self, database: str) -> str:
+        base, _, _ = self.admin_dsn.partition("?")
+        head, _, _ = base.rpartition("/")
+        query = self.admin_dsn[len(base):]
+        return f"{head}/{database}{query}"
+
+    async def fresh_database(self, name: str) -> str:
+        """Drop and create `name`, apply the migrations, return its DSN."""
+        admin = await asyncpg.connect(self.admin_dsn)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await admin.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await admin.close()
+        if name not in self.created:
+            self.created.append(name)
+        dsn = self.dsn(name)
+        conn = await connect(dsn)
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+        return dsn
+
+    async def drop_database(self, name: str) -> None:
+        admin = await asyncpg.connect(self.admin_dsn)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+        if name in self.created:
+            self.created.remove(name)
+
+    async def facts(self) -> dict:
+        """What the server is and how it is set up (for the report)."""
+        conn = await asyncpg.connect(self.admin_dsn)
+        try:
+            out = {"version": await conn.fetchval("SHOW server_version"),
+                   "version_full": await conn.fetchval("SELECT version()")}
+            for name in ("shared_buffers", "work_mem", "max_wal_size", "fsync",
+                         "synchronous_commit", "full_page_writes", "jit", "max_connections"):
+                out[name] = await conn.fetchval(f"SHOW {name}")
+            out["superuser"] = await conn.fetchval(
+                "SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        finally:
+            await conn.close()
+        out["where"] = ("throwaway embedded server (app.devdb.LocalPostgres, default durability)"
+                        if self.owned else "DATABASE_URL")
+        return out
+
+    async def close(self) -> None:
+        for name in list(self.created):
+            try:
+                await self.drop_database(name)
+            except Exception:  # noqa: BLE001 - best effort: the server may be going away
+                pass
+        if self.owned is not None:
+            await asyncio.to_thread(self.owned.stop)
+            shutil.rmtree(self.folder, ignore_errors=True)
