@@ -18,6 +18,7 @@ from app.engine.db import connect, create_pool
 from app.engine.migrate import migrate
 from app.pipeline.loop import run_pipeline
 from app.pipeline.registry import StageConfigError, load_stages
+from app.plans import PLANS
 from app.settings import Settings, SettingsError, get_settings
 
 
@@ -40,6 +41,15 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--budget", type=float, help="seconds to keep claiming (capped by the setting)")
     r.add_argument("--trigger", default="manual", help="recorded in the runs row")
     sub.add_parser("worker", help="run the pipeline continuously (for a container); SIGTERM stops it")
+    c = sub.add_parser("campaign", help="campaigns of the example pipeline")
+    csub = c.add_subparsers(dest="campaign_command", required=True)
+    ca = csub.add_parser("add", help="add a campaign for a site and queue its brief")
+    ca.add_argument("url", help="the site's home page, like https://example.com")
+    ca.add_argument("--owner", help="the owner's e-mail (created when new; default DEFAULT_OWNER_EMAIL)")
+    ca.add_argument("--plan", choices=list(PLANS), help="the plan of a new owner (default: free)")
+    k = sub.add_parser("contacts", help="the contacts a campaign's pipeline found, as a table")
+    k.add_argument("campaign_id", help="the campaign id (a uuid)")
+    k.add_argument("--drafts", action="store_true", help="print each contact's drafted message too")
     return p
 
 
@@ -60,13 +70,13 @@ def _payload(text: str) -> dict:
     return value
 
 
-def _campaign(text: str | None) -> uuid.UUID | None:
+def _campaign(text: str | None, flag: str = "--campaign ") -> uuid.UUID | None:
     if text is None:
         return None
     try:
         return uuid.UUID(text)
     except ValueError:
-        raise CliError(f"--campaign {text!r} is not a campaign id (a uuid)") from None
+        raise CliError(f"{flag}{text!r} is not a campaign id (a uuid)") from None
 
 
 async def _enqueue(args, settings: Settings, dsn: str) -> dict:
@@ -118,6 +128,68 @@ async def _worker(settings: Settings, dsn: str) -> None:
         await pool.close()
 
 
+async def _campaign_add(args, settings: Settings, dsn: str) -> dict:
+    from app.stages.brief import BRIEF
+    from app.stages.campaigns import CampaignInputError, add_campaign
+
+    known = [s.type for s in load_stages(settings.pipeline_stages)]
+    if BRIEF not in known:
+        raise CliError(f"a campaign starts the example pipeline (app.stages:STAGES), but PIPELINE_STAGES="
+                       f"{settings.pipeline_stages} has no {BRIEF!r} stage, so nothing would run it")
+    pool = await create_pool(dsn, 2)
+    try:
+        made = await add_campaign(pool, args.url, owner=args.owner or settings.default_owner_email,
+                                  plan=args.plan)
+    except CampaignInputError as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        await pool.close()
+    return {"id": str(made["id"]), "name": made["name"], "url": made["url"], "status": made["status"],
+            "owner": made["owner"], "plan": made["plan"],
+            "briefJob": str(made["brief_job"]) if made["brief_job"] else None}
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows)
+
+
+async def _contacts(args, dsn: str) -> str:
+    from app.engine.campaigns import get_campaign, list_contacts
+    from app.stages.urls import path_of
+
+    campaign_id = _campaign(args.campaign_id, "")
+    conn = await connect(dsn)
+    try:
+        campaign = await get_campaign(conn, campaign_id)
+        if campaign is None:
+            raise CliError(f"no campaign with id {campaign_id}")
+        contacts, after = [], None
+        while True:  # keyset pages, so a big campaign is never one huge query
+            page = await list_contacts(conn, campaign_id, after=after, limit=500)
+            contacts += page
+            if len(page) < 500:
+                break
+            after = (page[-1]["created_at"], page[-1]["id"])
+    finally:
+        await conn.close()
+    owner = campaign["owner"] or "no owner"
+    head = [f"{campaign['url']}  ({campaign['plan']} plan, {owner}, {campaign['status']})",
+            f"{len(contacts)} contacts, {campaign['drafts']} drafts; "
+            f"pages: {campaign['pages_fetched']} fetched, {campaign['pages_queued']} queued"]
+    if not contacts:
+        return "\n".join(head + ["", "No contacts yet: the pipeline finds them as it crawls."])
+    rows = [["KIND", "CONTACT", "FOUND ON", "DRAFT"]]
+    rows += [[c["kind"], c["value"], path_of(c["page_url"]), "written" if c["draft_id"] else "queued"]
+             for c in contacts]
+    out = head + ["", _table(rows)]
+    if args.drafts:
+        for c in contacts:
+            if c["draft"]:
+                out += ["", f"--- {c['value']} ({c['draft_model']})", c["draft"]]
+    return "\n".join(out)
+
+
 async def _main(args) -> int:
     settings = get_settings()
     dsn = await database_url(settings)
@@ -132,6 +204,10 @@ async def _main(args) -> int:
         print(json.dumps(await _enqueue(args, settings, dsn)))
     elif args.command == "worker":
         await _worker(settings, dsn)
+    elif args.command == "campaign":
+        print(json.dumps(await _campaign_add(args, settings, dsn)))
+    elif args.command == "contacts":
+        print(await _contacts(args, dsn))
     elif args.command == "run-once":
         result = await _run_once(args, settings, dsn)
         print(json.dumps(result, indent=2))

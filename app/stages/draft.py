@@ -20,7 +20,6 @@ from app.engine.queries import query
 from app.engine.quota import next_utc_day
 from app.pipeline.stage import Context, DeferJob
 from app.stages import llm
-from app.stages.urls import path_of
 
 DRAFT = "draft"
 TEMPLATE = "template"
@@ -31,14 +30,22 @@ SYSTEM_PROMPT = (
     "no subject line, no placeholders in brackets. Sign off as the brand's team.")
 
 
-def _brand(ctx_row) -> str:
-    return (ctx_row["title"] or ctx_row["campaign_name"] or urlsplit(ctx_row["campaign_url"] or "").hostname
-            or "our team")
+_GENERIC_MAILBOXES = {"info", "hello", "contact", "press", "team", "office", "partnerships", "partners",
+                      "media", "support", "sales", "jobs", "careers", "admin", "marketing", "mail", "hi"}
+_TITLE_SEPARATORS = (" — ", " – ", " - ", " | ", " · ", ": ")
 
 
-def _greeting_name(ctx_row) -> str:
-    handle = (ctx_row["handle"] or "").lstrip("@")
-    if ctx_row["kind"] == "email" and handle in ("info", "hello", "contact", "press", "team", "office"):
+def _brand(row) -> str:
+    """The brand's name: the home page's title up to its tagline, else the campaign's name."""
+    title = (row["title"] or "").strip()
+    for sep in _TITLE_SEPARATORS:
+        title = title.split(sep, 1)[0].strip()
+    return title or row["campaign_name"] or urlsplit(row["campaign_url"] or "").hostname or "our team"
+
+
+def _greeting_name(row) -> str:
+    handle = (row["handle"] or "").lstrip("@")
+    if row["kind"] == "email" and handle.lower() in _GENERIC_MAILBOXES:
         return "there"
     return handle or "there"
 
@@ -47,19 +54,19 @@ def template_draft(row) -> str:
     brand = _brand(row)
     about = (row["description"] or "").strip()
     keywords = [k for k in (row["keywords"] or []) if k][:3]
-    interest = f" -- {', '.join(keywords)} --" if keywords else ""
-    lines = [
+    topics = f" on {', '.join(keywords[:-1])} and {keywords[-1]}" if len(keywords) > 1 else (
+        f" on {keywords[0]}" if keywords else "")
+    return "\n".join([
         f"Hi {_greeting_name(row)},",
         "",
-        f"I'm reaching out from {brand} ({row['campaign_url']}).{(' ' + about) if about else ''}",
+        f"I'm writing from {brand} ({row['campaign_url']}).{(' ' + about) if about else ''}",
         "",
-        f"We came across you on {path_of(row['page_url'])} and think what you do{interest} "
-        f"would be a great fit for us. Would you be open to a short chat about working together?",
+        f"We found you through {row['page_url']} and think your work{topics} would be a great fit "
+        f"for us. Would you be open to a short chat about working together?",
         "",
         "Best,",
         f"The {brand} team",
-    ]
-    return "\n".join(lines)
+    ])
 
 
 def llm_messages(row) -> list[dict[str, str]]:

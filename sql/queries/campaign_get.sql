@@ -13,4 +13,5 @@ SELECT c.id, c.name, c.url, c.status, c.created_at,
 FROM campaigns c
 LEFT JOIN users u ON u.id = c.user_id
 LEFT JOIN subscriptions s ON s.user_id = c.user_id
+LEFT JOIN briefs b ON b.campaign_id = c.id
 WHERE c.id = $1

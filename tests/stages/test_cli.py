@@ -1,0 +1,77 @@
+"""python -m app campaign add / contacts: good input, and one clear line for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.stages.campaigns import seed_demo
+from app.stages.sample import sample_site_app
+from tests.stages.conftest import run
+from tests.stages.servers import ServerThread
+from tests.test_migrate_cli import cli, one_line_error
+
+EXAMPLE = {"PIPELINE_STAGES": "app.stages:STAGES"}
+
+
+async def test_campaign_add_creates_the_owner_on_the_plan_and_queues_the_brief(dsn, pool):
+    out = cli("campaign", "add", "HTTPS://Shop.Example.com", "--owner", "Ann@Example.com", "--plan", "pro",
+              env=EXAMPLE, dsn=dsn)
+    assert out.returncode == 0, out.stderr
+    made = json.loads(out.stdout)
+    assert made["url"] == "https://shop.example.com/" and made["plan"] == "pro"
+    assert made["owner"] == "ann@example.com" and made["status"] == "active"
+    assert await pool.fetchval("SELECT plan FROM subscriptions JOIN users ON users.id = user_id "
+                               "WHERE email = 'ann@example.com'") == "pro"
+    job = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1::uuid", made["briefJob"])
+    assert job["type"] == "brief" and str(job["campaign_id"]) == made["id"]
+    # a second campaign for the same owner keeps their plan; no owner means the local default
+    again = json.loads(cli("campaign", "add", "https://two.example.com", "--owner", "ann@example.com",
+                           env=EXAMPLE, dsn=dsn).stdout)
+    assert again["plan"] == "pro"
+    local = json.loads(cli("campaign", "add", "https://three.example.com", env=EXAMPLE, dsn=dsn).stdout)
+    assert local["owner"] == "owner@localhost" and local["plan"] == "free"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["campaign", "add", "not a url"], "is not an http(s) URL"),
+    (["campaign", "add", "ftp://example.com"], "is not an http(s) URL"),
+    (["campaign", "add", "https://"], "has no host"),
+    (["campaign", "add", "https://ok.example", "--owner", "nobody"], "is not an e-mail address"),
+    (["contacts", "42"], "is not a campaign id"),
+    (["contacts", "00000000-0000-0000-0000-000000000007"], "no campaign with id"),
+])
+async def test_bad_input_is_one_line_and_nothing_is_made(dsn, pool, args, needle):
+    one_line_error(cli(*args, env=EXAMPLE, dsn=dsn), needle)
+    assert await pool.fetchval("SELECT count(*) FROM campaigns") == 0
+
+
+async def test_an_owner_keeps_their_plan(dsn, pool):
+    cli("campaign", "add", "https://a.example", "--owner", "bo@example.com", "--plan", "free", env=EXAMPLE, dsn=dsn)
+    one_line_error(cli("campaign", "add", "https://b.example", "--owner", "bo@example.com", "--plan", "pro",
+                       env=EXAMPLE, dsn=dsn), "is on the free plan already")
+    assert await pool.fetchval("SELECT count(*) FROM campaigns") == 1
+
+
+async def test_campaign_add_refuses_when_no_stage_would_run_it(dsn, pool):
+    one_line_error(cli("campaign", "add", "https://a.example", dsn=dsn), "has no 'brief' stage")
+
+
+async def test_contacts_prints_a_table(dsn, pool):
+    with ServerThread(sample_site_app()) as server:
+        cid = await seed_demo(pool, server.url + "/")
+        empty = cli("contacts", str(cid), dsn=dsn)
+        assert empty.returncode == 0 and "No contacts yet" in empty.stdout
+        await run(pool)
+    out = cli("contacts", str(cid), "--drafts", dsn=dsn)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "free plan, owner@localhost, active" in lines[0] and lines[1].startswith("9 contacts, 9 drafts")
+    header = next(i for i, line in enumerate(lines) if line.startswith("KIND"))
+    assert lines[header].split() == ["KIND", "CONTACT", "FOUND", "ON", "DRAFT"]
+    rows = [line.split() for line in lines[header + 1:header + 10]]
+    assert {r[1] for r in rows} >= {"press@northwind.test", "https://www.twitch.tv/northwindlive"}
+    assert {r[-1] for r in rows} == {"written"}
+    assert ["email", "press@northwind.test", "/press.html", "written"] in rows
+    assert "--- press@northwind.test (template)" in out.stdout and "Hi there," in out.stdout
