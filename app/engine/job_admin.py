@@ -1,0 +1,55 @@
+"""What people and scripts do to jobs from outside the pipeline: list them a keyset page
+at a time, look one up, cancel one that has not started, retry one that failed."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from app.engine.queries import query
+
+Keyset = tuple[datetime, uuid.UUID]
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    status: str | None = None
+    type: str | None = None
+    campaign_id: uuid.UUID | None = None
+    batch_id: uuid.UUID | None = None
+
+
+async def list_jobs(db, where: JobFilter, after: Keyset | None, limit: int) -> list[asyncpg.Record]:
+    """Newest first over (created_at, id), strictly after the keyset `after` when given."""
+    at, last_id = after if after else (None, None)
+    return await db.fetch(query("jobs_list"), where.status, where.type, where.campaign_id,
+                          where.batch_id, at, last_id, limit)
+
+
+async def get_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
+    return await db.fetchrow(query("job_get"), job_id)
+
+
+async def open_job_by_dedupe_key(db, dedupe_key: str) -> asyncpg.Record | None:
+    return await db.fetchrow(query("job_open_by_dedupe"), dedupe_key)
+
+
+async def cancel_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
+    """The job, now failed as cancelled; None when it was not pending (or does not exist)."""
+    return await db.fetchrow(query("job_cancel"), job_id)
+
+
+class DedupeKeyTaken(Exception):
+    """Another open job holds the dedupe key of the job being retried."""
+
+
+async def retry_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
+    """The job, now pending with attempts reset; None when it had not failed (or does not
+    exist). Raises DedupeKeyTaken when another open job has its dedupe key."""
+    try:
+        return await db.fetchrow(query("job_retry"), job_id)
+    except asyncpg.UniqueViolationError:
+        raise DedupeKeyTaken(job_id) from None
