@@ -50,12 +50,33 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "INFO", description="JSON log lines at this level and above")
 
+    # The HTTP API's manners: pages, Idempotency-Key, and the optional Redis.
+    page_size_default: int = Field(50, ge=1, le=1000, description="list routes: rows per page without ?limit")
+    page_size_max: int = Field(200, ge=1, le=1000, description="list routes: the largest ?limit accepted")
+    cursor_secret: SecretStr | None = Field(
+        None, description="signs the opaque page cursors; unset: derived from CRON_SECRET (or a built-in key)")
+    idempotency_retention_hours: float = Field(
+        24.0, gt=0, description="stored answers to Idempotency-Key requests are forgotten after this long")
+    idempotency_wait_seconds: float = Field(
+        5.0, ge=0, description="a request whose key is still in progress waits this long for the first "
+                               "answer before it gets 409 idempotency_in_progress")
+    redis_url: str | None = Field(
+        None, description="redis://host:port/db for rate limits and a short read cache; unset: neither")
+    redis_timeout_seconds: float = Field(
+        0.25, gt=0, le=10, description="every Redis call gives up after this long and the request goes on")
+    rate_limit_per_minute: int = Field(
+        600, ge=0, description="requests per client per minute on the API (needs REDIS_URL; 0: no limit)")
+    trigger_rate_limit_per_minute: int = Field(
+        12, ge=0, description="calls per client per minute to /cron/pipeline (needs REDIS_URL; 0: no limit)")
+    cache_seconds: float = Field(
+        2.0, ge=0, description="read routes are cached in Redis this long (needs REDIS_URL; 0: no cache)")
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper_level(cls, value):
         return value.upper() if isinstance(value, str) else value
 
-    @field_validator("cron_secret", mode="before")
+    @field_validator("cron_secret", "cursor_secret", "redis_url", mode="before")
     @classmethod
     def _blank_secret_is_unset(cls, value):
         return None if isinstance(value, str) and not value.strip() else value
@@ -101,6 +122,14 @@ class Settings(BaseSettings):
             raise ValueError("QUOTA_RESERVE_UNITS cannot be larger than QUOTA_DAILY_UNITS")
         if self.llm_base_url and not self.llm_base_url.startswith(("http://", "https://")):
             raise ValueError("LLM_BASE_URL must be an http(s) URL, like http://127.0.0.1:11434/v1")
+        return self
+
+    @model_validator(mode="after")
+    def _api_fits(self) -> "Settings":
+        if self.page_size_default > self.page_size_max:
+            raise ValueError("PAGE_SIZE_DEFAULT cannot be larger than PAGE_SIZE_MAX")
+        if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("REDIS_URL must look like redis://127.0.0.1:6379/0")
         return self
 
     @property
