@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -82,6 +83,17 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     return error_response(422, "invalid_request", message, problems)
 
 
+# The database went away in the middle of a request: a 503 the client may retry, not a 500.
+DATABASE_GONE = (ConnectionError, asyncpg.ConnectionDoesNotExistError, asyncpg.CannotConnectNowError,
+                 asyncpg.TooManyConnectionsError)
+
+
+async def _database_gone(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
+    return error_response(503, "database_unavailable",
+                          f"the database connection failed ({type(exc).__name__}); try again shortly")
+
+
 class CatchAll:
     """Pure ASGI middleware: an exception nothing else handled becomes a JSON 500.
 
@@ -116,4 +128,6 @@ class CatchAll:
 def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    for exc_class in DATABASE_GONE:
+        app.add_exception_handler(exc_class, _database_gone)
     app.add_middleware(CatchAll)

@@ -1,13 +1,18 @@
-"""Liveness (the process answers) and readiness (Postgres reachable and migrated)."""
+"""Liveness (the process answers) and readiness (Postgres reachable and migrated).
+
+Redis is reported, never required: readiness says "redis": "ok", "degraded" (set but not
+answering: no rate limits, no cache) or "not configured", and stays 200 on Postgres alone.
+Failing readiness for a cache would take every healthy instance out of rotation at once."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 
 from app.api.errors import ApiError
+from app.api.params import only_params
 from app.api.runtime import DATABASE_ERRORS, DatabaseNotConfigured, Runtime
 from app.engine.migrate import pending_migrations
 
@@ -16,12 +21,12 @@ router = APIRouter()
 READY_TIMEOUT_SECONDS = 5.0
 
 
-@router.get("/health/live")
+@router.get("/health/live", dependencies=[Depends(only_params())])
 async def live() -> dict[str, Any]:
     return {"status": "live"}
 
 
-@router.get("/health/ready")
+@router.get("/health/ready", dependencies=[Depends(only_params())])
 async def ready(request: Request) -> dict[str, Any]:
     runtime: Runtime = request.app.state.runtime
     try:
@@ -37,4 +42,5 @@ async def ready(request: Request) -> dict[str, Any]:
     if pending:
         raise ApiError(503, "not_ready", f"{len(pending)} migration(s) not applied; run `python -m app migrate`",
                        {"database": "reachable", "pendingMigrations": pending})
-    return {"status": "ready", "database": "reachable", "pendingMigrations": []}
+    redis = await request.app.state.redis.status()
+    return {"status": "ready", "database": "reachable", "pendingMigrations": [], "redis": redis}

@@ -1,0 +1,50 @@
+"""A short cache for the read routes, in Redis, failing open.
+
+A cached answer is the JSON body of a 200, kept CACHE_SECONDS under the path and the
+sorted query string. Without REDIS_URL (or with CACHE_SECONDS=0, or while Redis is down)
+every read goes to Postgres. `Cache-Control: no-cache` skips the cached copy. Writes
+through the API drop the cached copy of the one job they changed; lists may be up to
+CACHE_SECONDS old. Answers say `X-Cache: hit` or `miss` when the cache is in play."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Awaitable, Callable
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from app.api.redis_gate import gate_of
+
+PREFIX = "skiplock:cache:"
+
+
+def cache_key(path: str, query_items: list[tuple[str, str]] | None = None) -> str:
+    query = "&".join(f"{k}={v}" for k, v in sorted(query_items or []))
+    return f"{PREFIX}{path}?{query}"
+
+
+def _json(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+async def cached_json(request: Request, build: Callable[[], Awaitable[dict[str, Any]]]) -> Response:
+    gate = gate_of(request.app)
+    seconds = request.app.state.runtime.settings.cache_seconds
+    if not gate.configured or seconds <= 0:
+        return Response(_json(await build()), media_type="application/json")
+    key = cache_key(request.url.path, list(request.query_params.multi_items()))
+    if "no-cache" not in request.headers.get("cache-control", "").lower():
+        hit = await gate.run(lambda r: r.get(key), None)
+        if hit is not None:
+            return Response(bytes(hit), media_type="application/json", headers={"X-Cache": "hit"})
+    body = _json(await build())
+    await gate.run(lambda r: r.set(key, body, px=max(1, int(seconds * 1000))), None)
+    return Response(body, media_type="application/json", headers={"X-Cache": "miss"})
+
+
+async def forget(request: Request, path: str) -> None:
+    """Drop the cached copy of one resource (its plain URL, no query string)."""
+    gate = gate_of(request.app)
+    if gate.configured:
+        await gate.run(lambda r: r.delete(cache_key(path)), None)

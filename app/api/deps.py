@@ -1,0 +1,33 @@
+"""What the read and write routes share: the pool (a 503 when the database is not
+there) and the job types a runtime knows."""
+
+from __future__ import annotations
+
+import asyncpg
+from fastapi import Request
+
+from app.api.errors import ApiError
+from app.api.runtime import DATABASE_ERRORS, DatabaseNotConfigured
+from app.pipeline.maintenance import MAINTENANCE_TYPE
+from app.pipeline.notifications import NOTIFY_TYPE
+
+
+async def pool_of(request: Request) -> asyncpg.Pool:
+    try:
+        return await request.app.state.runtime.pool()
+    except DatabaseNotConfigured as exc:
+        raise ApiError(503, "database_not_configured", str(exc)) from None
+    except DATABASE_ERRORS as exc:
+        raise ApiError(503, "database_unavailable",
+                       f"the database is not reachable: {type(exc).__name__}") from None
+
+
+def enqueueable_types(request: Request) -> list[str]:
+    """Types a person may enqueue: the runtime's own stages, in order."""
+    return [s.type for s in request.app.state.runtime.stages if not s.internal]
+
+
+def listed_types(request: Request) -> list[str]:
+    """Types jobs can have here: the stages, plus the pipeline's own housekeeping."""
+    return [MAINTENANCE_TYPE, NOTIFY_TYPE, *(t for t in enqueueable_types(request)
+                                             if t not in (MAINTENANCE_TYPE, NOTIFY_TYPE))]

@@ -1,0 +1,247 @@
+"""Idempotency-Key on every side-effecting request, stored in Postgres.
+
+Which requests: POST, PUT, PATCH and DELETE anywhere in the app, and GET /cron/pipeline
+(it runs the pipeline too). A request without the header acts as usual.
+
+    first request with key K      claims K (one INSERT ... ON CONFLICT DO NOTHING), acts,
+                                  stores its status, body and Location, then answers
+    same K, same request          the stored answer, with `Idempotent-Replayed: true`
+    same K, other request         422 idempotency_key_reused (method, path, query and
+                                  body are compared; JSON bodies after canonicalising,
+                                  so key order and spacing do not matter)
+    same K while the first runs   waits up to IDEMPOTENCY_WAIT_SECONDS for its answer and
+                                  replays it; after that, 409 idempotency_in_progress
+                                  with Retry-After
+
+So two concurrent requests with one key act once. Answers that say nothing about the
+effect are not stored and give the key back, so a retry acts: any 5xx (the work did
+not happen, or not all of it: the database was down, an unexpected error), 401 and 403
+(wrong credentials), 429. A holder that died leaves its key in progress; after
+PLATFORM_LIMIT_SECONDS (no request lives longer) the same request takes it over.
+Keys are forgotten after IDEMPOTENCY_RETENTION_HOURS (the maintenance task
+expire_idempotency_keys)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from typing import Any
+from urllib.parse import parse_qsl
+
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.api.errors import error_response
+from app.api.runtime import DATABASE_ERRORS, DatabaseNotConfigured, Runtime
+from app.engine import idempotency as store
+
+log = logging.getLogger("skiplock.api")
+
+HEADER = b"idempotency-key"
+REPLAYED = "Idempotent-Replayed"
+SIDE_EFFECT_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+SIDE_EFFECT_GETS = frozenset({"/cron/pipeline"})
+MAX_KEY_LENGTH = 255
+MAX_BODY_BYTES = 1_000_000
+KEPT_HEADERS = ("content-type", "location", "retry-after")
+NOT_STORED = frozenset({401, 403, 429})
+
+
+def applies(method: str, path: str) -> bool:
+    return method in SIDE_EFFECT_METHODS or (method == "GET" and path in SIDE_EFFECT_GETS)
+
+
+def canonical_body(body: bytes) -> bytes:
+    """JSON bodies compare by value (key order and spacing aside); others byte for byte."""
+    if not body.strip():
+        return b""
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return body
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def fingerprint(method: str, path: str, query_string: bytes, body: bytes) -> str:
+    query = sorted(parse_qsl(query_string.decode("latin-1"), keep_blank_values=True))
+    h = hashlib.sha256()
+    for part in (method.encode(), path.encode(), json.dumps(query).encode(), canonical_body(body)):
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def _valid_key(key: str) -> bool:
+    return 0 < len(key) <= MAX_KEY_LENGTH and all(0x21 <= ord(c) <= 0x7E for c in key)
+
+
+class Idempotency:
+    """Pure ASGI middleware over the app (inside the rate limiter)."""
+
+    def __init__(self, app: ASGIApp, runtime: Runtime) -> None:
+        self.app = app
+        self.runtime = runtime
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not applies(scope["method"], scope.get("path", "")):
+            await self.app(scope, receive, send)
+            return
+        keys = [v for k, v in scope.get("headers", []) if k.lower() == HEADER]
+        if not keys:
+            await self.app(scope, receive, send)
+            return
+
+        async def answer(status: int, code: str, message: str, details: Any = None,
+                         headers: dict[str, str] | None = None) -> None:
+            await error_response(status, code, message, details, headers)(scope, _no_receive, send)
+
+        key = keys[0].decode("latin-1").strip()
+        if len(keys) > 1 or not _valid_key(key):
+            await answer(400, "invalid_idempotency_key",
+                         f"Idempotency-Key must be sent once, 1 to {MAX_KEY_LENGTH} visible ASCII "
+                         "characters (a UUID is a good choice)", {"header": "Idempotency-Key"})
+            return
+        body = await _read_body(receive)
+        if body is None:
+            await answer(413, "payload_too_large",
+                         f"a request with an Idempotency-Key may have at most {MAX_BODY_BYTES} bytes of body")
+            return
+        method, path = scope["method"], scope.get("path", "")
+        fp = fingerprint(method, path, scope.get("query_string", b""), body)
+        try:
+            pool = await self.runtime.pool()
+            token = await store.claim(pool, key, method, path, fp)
+            if token is None:
+                token = await self._wait_for_first(pool, key, fp, method, path, scope, receive, send)
+                if token is None:
+                    return  # answered: a replay, a mismatch or still in progress
+        except DatabaseNotConfigured as exc:
+            await answer(503, "database_not_configured", f"{exc}; idempotent requests cannot be served")
+            return
+        except DATABASE_ERRORS as exc:
+            await answer(503, "database_unavailable", f"the database is not reachable: {type(exc).__name__}")
+            return
+        await self._act(pool, key, token, body, scope, receive, send)
+
+    async def _wait_for_first(self, pool, key: str, fp: str, method: str, path: str,
+                              scope: Scope, receive: Receive, send: Send):
+        """Someone holds the key: replay their answer, refuse a different request, or wait.
+        Returns a claim token when this request ends up holding the key after all."""
+        settings = self.runtime.settings
+        deadline = time.monotonic() + settings.idempotency_wait_seconds
+        delay = 0.02
+        while True:
+            first = await store.get(pool, key)
+            if first is None:  # the holder gave it back (its answer was not kept): act
+                token = await store.claim(pool, key, method, path, fp)
+                if token is not None:
+                    return token
+                await asyncio.sleep(0.01)
+                continue
+            if first.fingerprint != fp:
+                same_route = (first.method, first.path) == (method, path)
+                await error_response(
+                    422, "idempotency_key_reused",
+                    "this Idempotency-Key was first used for "
+                    + ("the same route with a different body or query" if same_route
+                       else f"{first.method} {first.path}")
+                    + "; send a new key for a new request",
+                    {"header": "Idempotency-Key", "firstRequest": {"method": first.method, "path": first.path}},
+                )(scope, _no_receive, send)
+                return None
+            if first.done:
+                headers = {k: v for k, v in first.headers.items() if k != "content-type"}
+                headers[REPLAYED] = "true"
+                await Response(first.body, status_code=first.status, headers=headers,
+                               media_type=first.headers.get("content-type", "application/json")
+                               )(scope, _no_receive, send)
+                return None
+            if first.held_seconds > settings.platform_limit_seconds:
+                token = await store.take_over(pool, key, fp, settings.platform_limit_seconds)
+                if token is not None:
+                    return token
+            if time.monotonic() >= deadline:
+                await error_response(
+                    409, "idempotency_in_progress",
+                    "the first request with this Idempotency-Key is still in progress; "
+                    "send the same request again shortly to get its answer",
+                    {"header": "Idempotency-Key"}, headers={"Retry-After": "1"},
+                )(scope, _no_receive, send)
+                return None
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.25)
+
+    async def _act(self, pool, key: str, token, body: bytes,
+                   scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the request with the key held; store the answer before the client sees it."""
+        sent_body = False
+
+        async def replay_receive() -> Message:
+            nonlocal sent_body
+            if not sent_body:
+                sent_body = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        start: dict[str, Any] = {}
+        chunks: list[bytes] = []
+
+        async def capture(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+
+        try:
+            await self.app(scope, replay_receive, capture)
+        except Exception:
+            await self._release(pool, key, token)
+            raise
+        status = int(start.get("status", 500))
+        raw_headers = start.get("headers", [])
+        response_body = b"".join(chunks)
+        if status >= 500 or status in NOT_STORED:
+            await self._release(pool, key, token)
+        else:
+            kept = {}
+            for name, value in raw_headers:
+                lname = name.decode("latin-1").lower()
+                if lname in KEPT_HEADERS:
+                    kept[lname] = value.decode("latin-1")
+            try:
+                await store.store(pool, key, token, status, kept, response_body)
+            except DATABASE_ERRORS as exc:
+                log.warning("could not store the answer for Idempotency-Key %r: %s", key, exc)
+        await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+        await send({"type": "http.response.body", "body": response_body, "more_body": False})
+
+    async def _release(self, pool, key: str, token) -> None:
+        try:
+            await store.release(pool, key, token)
+        except DATABASE_ERRORS as exc:
+            log.warning("could not release Idempotency-Key %r: %s", key, exc)
+
+
+async def _no_receive() -> Message:
+    return {"type": "http.disconnect"}
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole request body (None when it is too large to keep)."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(parts)

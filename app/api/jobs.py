@@ -1,0 +1,259 @@
+"""Jobs over HTTP: list (keyset pages), look up, enqueue, retry and cancel.
+
+Thin over app.engine.jobs (enqueue) and app.engine.job_admin (the rest)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import asyncpg
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app.api.cache import cached_json, forget
+from app.api.deps import enqueueable_types, listed_types, pool_of
+from app.api.errors import ApiError
+from app.api.pagination import ListQuery, Param, enum_param, uuid_param
+from app.api.params import only_params
+from app.engine import job_admin
+from app.engine.allowances import refund_credit
+from app.engine.jobs import NewJob, enqueue
+
+router = APIRouter(tags=["jobs"])
+
+STATUSES = ("pending", "running", "done", "failed")
+CANCELLED = "cancelled"
+
+
+def _type_param() -> Param:
+    def parse(raw: str, request: Request) -> str:
+        known = listed_types(request)
+        if raw not in known:
+            raise ValueError(f"unknown job type {raw[:40]!r}; the types are: {', '.join(known)}")
+        return raw
+    return Param("type", "only jobs of this type (a stage's type, or maintenance / notify)",
+                 {"type": "string", "minLength": 1, "maxLength": 100}, parse)
+
+
+JOB_LIST = ListQuery("jobs", [
+    enum_param("status", "only jobs in this status", STATUSES),
+    _type_param(),
+    uuid_param("campaign_id", "only jobs of this campaign"),
+    uuid_param("batch_id", "only jobs of this batch"),
+])
+
+
+class JobOut(BaseModel):
+    id: uuid.UUID
+    type: str
+    status: Literal["pending", "running", "done", "failed"]
+    payload: dict[str, Any]
+    dedupeKey: str | None
+    attempts: int = Field(description="attempts started (grows at claim time)")
+    runAfter: datetime = Field(description="not claimed before this time")
+    lockedAt: datetime | None = Field(description="when the current (or last) holder claimed it")
+    lastError: str | None = Field(description="why the last attempt failed ('cancelled' for a cancelled job)")
+    runId: uuid.UUID | None = Field(description="the run that holds, or last held, the job")
+    batchId: uuid.UUID | None
+    campaignId: uuid.UUID | None
+    total: int | None = Field(description="expected units of work, when the job said")
+    progress: int | None = Field(description="units done so far, when the job said")
+    createdAt: datetime
+    finishedAt: datetime | None
+
+
+class JobPage(BaseModel):
+    data: list[JobOut] = Field(description="newest first")
+    nextCursor: str | None = Field(description="pass as ?cursor= for the next (older) page; null on the last")
+
+
+class JobCreated(BaseModel):
+    created: bool = Field(description="true: a new job (201); false: the open job with this dedupe_key (200)")
+    job: JobOut
+
+
+class JobIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str = Field(min_length=1, max_length=100, description="a stage's type")
+    payload: dict[str, Any] = Field(default_factory=dict, description="any JSON object; the handler reads it")
+    dedupe_key: str | None = Field(
+        None, min_length=1, max_length=200,
+        description="while a job with this key is pending or running, enqueueing another is a no-op "
+                    "that answers 200 with that job")
+    run_after: datetime | None = Field(None, description="not before this time (default now; no time zone: UTC)")
+    campaign_id: uuid.UUID | None = Field(None, description="the campaign the work is for (fairness, plans)")
+
+    @field_validator("type", "dedupe_key")
+    @classmethod
+    def _no_nul(cls, value: str | None) -> str | None:
+        if value is not None and "\x00" in value:
+            raise ValueError("must not contain the NUL character")
+        return value
+
+    @field_validator("run_after")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        try:
+            value = value.astimezone(timezone.utc)
+        except OverflowError:
+            raise ValueError("is out of range") from None
+        if not 1970 <= value.year <= 9000:
+            raise ValueError("must be between the years 1970 and 9000")
+        return value
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _str(value: Any) -> str | None:
+    return str(value) if value is not None else None
+
+
+def job_json(r) -> dict[str, Any]:
+    return {
+        "id": str(r["id"]), "type": r["type"], "status": r["status"], "payload": r["payload"],
+        "dedupeKey": r["dedupe_key"], "attempts": r["attempts"], "runAfter": _iso(r["run_after"]),
+        "lockedAt": _iso(r["locked_at"]), "lastError": r["last_error"], "runId": _str(r["run_id"]),
+        "batchId": _str(r["batch_id"]), "campaignId": _str(r["campaign_id"]), "total": r["total"],
+        "progress": r["progress"], "createdAt": _iso(r["created_at"]), "finishedAt": _iso(r["finished_at"]),
+    }
+
+
+_NOT_FOUND = {404: {"description": "no such job"}}
+
+
+@router.get("/jobs", response_model=JobPage, summary="List jobs, newest first",
+            openapi_extra={"parameters": JOB_LIST.openapi()})
+async def list_jobs(request: Request) -> Response:
+    """A keyset page of jobs over (created_at, id), newest first. No total: follow
+    nextCursor until it is null. Rows added while paging never repeat or hide older ones."""
+    page = JOB_LIST.parse(request)
+
+    async def build() -> dict[str, Any]:
+        f = page.filters
+        rows = await job_admin.list_jobs(
+            await pool_of(request),
+            job_admin.JobFilter(f["status"], f["type"], f["campaign_id"], f["batch_id"]),
+            page.after, page.limit + 1)
+        return page.answer(rows, job_json, lambda r: (r["created_at"], r["id"]))
+
+    return await cached_json(request, build)
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut, summary="One job", responses=_NOT_FOUND,
+            dependencies=[Depends(only_params())])
+async def get_job(job_id: uuid.UUID, request: Request) -> Response:
+    async def build() -> dict[str, Any]:
+        row = await job_admin.get_job(await pool_of(request), job_id)
+        if row is None:
+            raise ApiError(404, "not_found", f"no job {job_id}")
+        return job_json(row)
+
+    return await cached_json(request, build)
+
+
+@router.post("/jobs", status_code=201, response_model=JobCreated, summary="Enqueue a job",
+             dependencies=[Depends(only_params())],
+             responses={200: {"model": JobCreated,
+                              "description": "an open job already had this dedupe_key: that job, created false"},
+                        422: {"description": "unknown_job_type (the message names the known types), "
+                                             "unknown_campaign, or a malformed body"}})
+async def create_job(body: JobIn, request: Request) -> JSONResponse:
+    """201 with the new job, or 200 with the open job that holds the same dedupe_key
+    (the insert is the check: no read comes before it)."""
+    known = enqueueable_types(request)
+    if body.type not in known:
+        raise ApiError(422, "unknown_job_type",
+                       f"unknown job type {body.type[:100]!r}; the stages are: {', '.join(known)}",
+                       {"unknown": [body.type], "known": known})
+    pool = await pool_of(request)
+    new = NewJob(type=body.type, payload=body.payload, dedupe_key=body.dedupe_key,
+                 campaign_id=body.campaign_id, run_after=body.run_after)
+    for _ in range(5):
+        try:
+            job_id = await enqueue(pool, new)
+        except asyncpg.ForeignKeyViolationError:
+            raise ApiError(422, "unknown_campaign", f"no campaign {body.campaign_id}",
+                           {"campaign_id": str(body.campaign_id)}) from None
+        except asyncpg.DataError as exc:
+            raise ApiError(422, "invalid_value", f"the database refused a value: {exc}") from None
+        if job_id is not None:
+            row = await job_admin.get_job(pool, job_id)
+            return JSONResponse({"created": True, "job": job_json(row)}, status_code=201,
+                                headers={"Location": f"/jobs/{job_id}"})
+        # the dedupe key is held by an open job: that one is the answer (if it finished
+        # in between, the key is free again and the insert goes through next time)
+        row = await job_admin.open_job_by_dedupe_key(pool, body.dedupe_key)
+        if row is not None:
+            return JSONResponse({"created": False, "job": job_json(row)}, status_code=200,
+                                headers={"Location": f"/jobs/{row['id']}"})
+    raise ApiError(409, "conflict", "the dedupe key kept changing hands; send the request again")
+
+
+async def _current(pool, job_id: uuid.UUID):
+    row = await job_admin.get_job(pool, job_id)
+    if row is None:
+        raise ApiError(404, "not_found", f"no job {job_id}")
+    return row
+
+
+@router.post("/jobs/{job_id}/retry", response_model=JobOut, summary="Retry a failed job",
+             dependencies=[Depends(only_params())],
+             responses={**_NOT_FOUND, 409: {"description": "job_not_failed, or dedupe_key_taken: another "
+                                                           "open job has its dedupe key"}})
+async def retry_job(job_id: uuid.UUID, request: Request) -> JSONResponse:
+    """A failed job (cancelled ones included) back to pending, due now, with its attempts
+    reset to zero. last_error keeps the reason it had failed."""
+    pool = await pool_of(request)
+    try:
+        row = await job_admin.retry_job(pool, job_id)
+    except job_admin.DedupeKeyTaken:
+        current = await _current(pool, job_id)
+        holder = await job_admin.open_job_by_dedupe_key(pool, current["dedupe_key"])
+        raise ApiError(409, "dedupe_key_taken",
+                       f"another open job ({holder['id'] if holder else 'unknown'}) has this job's dedupe key "
+                       f"{current['dedupe_key']!r}; retry this one when that one has finished",
+                       {"openJob": _str(holder["id"]) if holder else None}) from None
+    if row is None:
+        current = await _current(pool, job_id)
+        raise ApiError(409, "job_not_failed",
+                       f"job {job_id} is {current['status']}; only a failed job can be retried",
+                       {"status": current["status"]})
+    await forget(request, f"/jobs/{job_id}")
+    return JSONResponse(job_json(row))
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobOut, summary="Cancel a job that has not started",
+             dependencies=[Depends(only_params())],
+             responses={**_NOT_FOUND, 409: {"description": "job_running (it is never stomped: it ends when "
+                                                           "its holder finishes) or job_finished"}})
+async def cancel_job(job_id: uuid.UUID, request: Request) -> JSONResponse:
+    """A pending job becomes failed with last_error 'cancelled' (and any credit it was
+    charged in an earlier attempt is refunded). A running job is left to its holder: 409."""
+    pool = await pool_of(request)
+    async with pool.acquire() as conn, conn.transaction():
+        row = await job_admin.cancel_job(conn, job_id)
+        if row is not None:
+            await refund_credit(conn, job_id)
+    if row is None:
+        current = await _current(pool, job_id)
+        if current["status"] == "running":
+            raise ApiError(409, "job_running",
+                           f"job {job_id} is running (attempt {current['attempts']}, run {current['run_id']}); "
+                           "a running job is not interrupted: it ends when its holder finishes. If it goes "
+                           "back to pending for another attempt, cancel it then",
+                           {"status": "running", "runId": _str(current["run_id"])})
+        raise ApiError(409, "job_finished",
+                       f"job {job_id} has already finished ({current['status']}"
+                       + (", cancelled" if current["last_error"] == CANCELLED else "") + "); nothing to cancel",
+                       {"status": current["status"]})
+    await forget(request, f"/jobs/{job_id}")
+    return JSONResponse(job_json(row))
