@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from app.engine import batches
+from app.engine import batches, idempotency
 from app.engine import jobs as q
 from app.engine.queries import query
 from app.engine.runs import close_abandoned_runs
@@ -84,6 +84,20 @@ async def prune_finished(pool, stages: list[Stage], ctx: Context) -> int:
     return pruned
 
 
+async def expire_idempotency_keys(pool, stages: list[Stage], ctx: Context) -> int:
+    """Forget stored Idempotency-Key answers past IDEMPOTENCY_RETENTION_HOURS, a bounded
+    batch per statement."""
+    expired = 0
+    while ctx.time_left() > 1:
+        n = await idempotency.expire(pool, ctx.settings.idempotency_retention_hours, PRUNE_BATCH)
+        expired += n
+        if n < PRUNE_BATCH:
+            break
+    if expired:
+        ctx.count("idempotency_expired", expired)
+    return expired
+
+
 @dataclass(frozen=True)
 class Recurring:
     task: str
@@ -96,6 +110,7 @@ RECURRING = (
     Recurring("reconcile_batches", 60, reconcile_batches),
     Recurring("expire_served", 600, expire_served),
     Recurring("prune_finished", 3600, prune_finished),
+    Recurring("expire_idempotency_keys", 3600, expire_idempotency_keys),
 )
 _BY_TASK = {r.task: r for r in RECURRING}
 
