@@ -1,0 +1,185 @@
+"""Jobs over HTTP: enqueue (201 / 200 on a dedupe match), look up, and the state rules
+of retry and cancel, against the real queue."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import datetime, timezone
+
+from serving_kit import Recorder, assert_error
+
+from app.engine import jobs as q
+from tests import factories as f
+
+
+async def client_with_stages(make_client):
+    return await make_client(stages=[Recorder("record").stage, Recorder("export").stage])
+
+
+async def test_enqueue_answers_201_then_200_with_the_open_job(make_client, pool):
+    client = await client_with_stages(make_client)
+    c = await f.campaign(pool, await f.user(pool, "pro"))
+    body = {"type": "record", "payload": {"url": "https://example.com"}, "dedupe_key": "site:1",
+            "campaign_id": str(c), "run_after": "2030-01-02T03:04:05Z"}
+    first = await client.post("/jobs", json=body)
+    assert first.status_code == 201, first.text
+    created = first.json()
+    assert created["created"] is True
+    job = created["job"]
+    assert first.headers["location"] == f"/jobs/{job['id']}"
+    assert (job["type"], job["status"], job["attempts"], job["dedupeKey"]) == ("record", "pending", 0, "site:1")
+    assert job["payload"] == {"url": "https://example.com"} and job["campaignId"] == str(c)
+    assert datetime.fromisoformat(job["runAfter"]) == datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+
+    again = await client.post("/jobs", json={**body, "payload": {"other": True}})
+    assert again.status_code == 200, again.text
+    assert again.json()["created"] is False
+    assert again.json()["job"]["id"] == job["id"]
+    assert again.json()["job"]["payload"] == {"url": "https://example.com"}  # the open one, unchanged
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 1
+
+    fetched = await client.get(f"/jobs/{job['id']}")
+    assert fetched.status_code == 200 and fetched.json() == job
+
+
+async def test_many_enqueues_of_one_dedupe_key_at_once_make_one_job(make_client, pool):
+    client = await client_with_stages(make_client)
+    answers = await asyncio.gather(*(client.post("/jobs", json={"type": "record", "dedupe_key": "k"})
+                                     for _ in range(8)))
+    assert sorted(a.status_code for a in answers) == [200] * 7 + [201]
+    assert len({a.json()["job"]["id"] for a in answers}) == 1
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 1
+
+
+async def test_a_finished_dedupe_key_can_be_enqueued_again(make_client, pool):
+    client = await client_with_stages(make_client)
+    first = (await client.post("/jobs", json={"type": "record", "dedupe_key": "k"})).json()["job"]
+    await pool.execute("UPDATE jobs SET status = 'done', finished_at = now() WHERE id = $1",
+                       uuid.UUID(first["id"]))
+    second = await client.post("/jobs", json={"type": "record", "dedupe_key": "k"})
+    assert second.status_code == 201 and second.json()["job"]["id"] != first["id"]
+
+
+async def test_bad_enqueues_are_422_naming_what_is_wrong(make_client, pool):
+    client = await client_with_stages(make_client)
+    unknown = assert_error(await client.post("/jobs", json={"type": "nope"}), 422, "unknown_job_type")
+    assert "record" in unknown["message"] and "export" in unknown["message"]
+    assert unknown["details"]["known"] == ["record", "export"]
+    internal = assert_error(await client.post("/jobs", json={"type": "maintenance"}), 422, "unknown_job_type")
+    assert "maintenance" not in internal["details"]["known"]
+    campaign = assert_error(await client.post("/jobs", json={"type": "record", "campaign_id": str(uuid.uuid4())}),
+                            422, "unknown_campaign")
+    assert "no campaign" in campaign["message"]
+    extra = assert_error(await client.post("/jobs", json={"type": "record", "priority": 1}), 422, "invalid_request")
+    assert "priority" in extra["message"]
+    payload = assert_error(await client.post("/jobs", json={"type": "record", "payload": [1]}), 422, "invalid_request")
+    assert "payload" in payload["message"]
+    nul = await client.post("/jobs", json={"type": "record", "payload": {"a": "x\u0000y"}})
+    assert nul.status_code == 422, nul.text
+    when = assert_error(await client.post("/jobs", json={"type": "record", "run_after": "9999-12-31T23:59:59-23:59"}),
+                        422, "invalid_request")
+    assert "run_after" in when["message"]
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
+
+
+async def test_unknown_ids_are_404_and_malformed_ids_422(make_client, pool):
+    client = await client_with_stages(make_client)
+    missing = uuid.uuid4()
+    assert_error(await client.get(f"/jobs/{missing}"), 404, "not_found")
+    assert_error(await client.post(f"/jobs/{missing}/retry"), 404, "not_found")
+    assert_error(await client.post(f"/jobs/{missing}/cancel"), 404, "not_found")
+    assert_error(await client.get(f"/runs/{missing}"), 404, "not_found")
+    assert_error(await client.get("/jobs/not-a-uuid"), 422, "invalid_request")
+
+
+async def _running(pool, type_="record"):
+    [job_id] = await q.enqueue_many(pool, [q.NewJob(type=type_)])
+    run_id = await f.run(pool)
+    [claimed] = await q.claim(pool, f.lease(type_), run_id, 1)
+    assert claimed.id == job_id
+    return job_id, run_id
+
+
+async def test_cancel_a_pending_job_fails_it_as_cancelled(make_client, pool):
+    client = await client_with_stages(make_client)
+    job = (await client.post("/jobs", json={"type": "record"})).json()["job"]
+    r = await client.post(f"/jobs/{job['id']}/cancel")
+    assert r.status_code == 200, r.text
+    assert (r.json()["status"], r.json()["lastError"]) == ("failed", "cancelled")
+    assert r.json()["finishedAt"] is not None
+    again = assert_error(await client.post(f"/jobs/{job['id']}/cancel"), 409, "job_finished")
+    assert "cancelled" in again["message"]
+    # the fairness counters follow (the lane no longer has a pending job)
+    assert await pool.fetchval("SELECT sum(pending) FROM job_lanes WHERE type = 'record'") == 0
+
+
+async def test_cancel_never_stomps_a_running_job(make_client, pool):
+    client = await client_with_stages(make_client)
+    job_id, run_id = await _running(pool)
+    error = assert_error(await client.post(f"/jobs/{job_id}/cancel"), 409, "job_running")
+    assert "ends when its holder finishes" in error["message"]
+    assert error["details"]["runId"] == str(run_id)
+    row = await f.job_row(pool, job_id)
+    assert (row["status"], row["run_id"], row["last_error"]) == ("running", run_id, None)
+    # the holder still owns it: its completion applies
+    assert await q.complete(pool, run_id, [job_id]) == [job_id]
+    assert_error(await client.post(f"/jobs/{job_id}/cancel"), 409, "job_finished")
+
+
+async def test_cancel_racing_a_claim_leaves_one_winner(make_client, pool):
+    client = await client_with_stages(make_client)
+    for _ in range(5):
+        [job_id] = await q.enqueue_many(pool, [q.NewJob(type="record")])
+        run_id = await f.run(pool)
+        cancel, claimed = await asyncio.gather(client.post(f"/jobs/{job_id}/cancel"),
+                                               q.claim(pool, f.lease("record"), run_id, 1))
+        row = await f.job_row(pool, job_id)
+        if cancel.status_code == 200:
+            assert claimed == [] and row["status"] == "failed"
+        else:
+            assert cancel.status_code == 409 and [j.id for j in claimed] == [job_id]
+            assert row["status"] == "running"
+            await q.complete(pool, run_id, [job_id])
+
+
+async def test_retry_puts_a_failed_job_back_with_attempts_reset(make_client, pool):
+    client = await client_with_stages(make_client)
+    job_id, run_id = await _running(pool)
+    await q.fail(pool, run_id, job_id, "boom", max_attempts=1)
+    before = await f.job_row(pool, job_id)
+    assert (before["status"], before["attempts"]) == ("failed", 1)
+    r = await client.post(f"/jobs/{job_id}/retry")
+    assert r.status_code == 200, r.text
+    job = r.json()
+    assert (job["status"], job["attempts"], job["lastError"], job["finishedAt"]) == ("pending", 0, "boom", None)
+    assert datetime.fromisoformat(job["runAfter"]) <= datetime.now(timezone.utc)
+    assert datetime.fromisoformat(job["createdAt"]) == before["created_at"]  # its place in lists stays
+    # claimable again
+    again = await q.claim(pool, f.lease("record"), await f.run(pool), 1)
+    assert [j.id for j in again] == [job_id]
+    assert_error(await client.post(f"/jobs/{job_id}/retry"), 409, "job_not_failed")
+
+
+async def test_retry_refuses_pending_and_done_jobs(make_client, pool):
+    client = await client_with_stages(make_client)
+    job_id, run_id = await _running(pool)
+    pending = (await client.post("/jobs", json={"type": "record"})).json()["job"]
+    error = assert_error(await client.post(f"/jobs/{pending['id']}/retry"), 409, "job_not_failed")
+    assert error["details"] == {"status": "pending"}
+    assert_error(await client.post(f"/jobs/{job_id}/retry"), 409, "job_not_failed")
+    await q.complete(pool, run_id, [job_id])
+    assert_error(await client.post(f"/jobs/{job_id}/retry"), 409, "job_not_failed")
+
+
+async def test_a_cancelled_job_can_be_retried_unless_its_dedupe_key_was_reused(make_client, pool):
+    client = await client_with_stages(make_client)
+    job = (await client.post("/jobs", json={"type": "record", "dedupe_key": "d"})).json()["job"]
+    await client.post(f"/jobs/{job['id']}/cancel")
+    newer = (await client.post("/jobs", json={"type": "record", "dedupe_key": "d"})).json()
+    assert newer["created"] is True
+    error = assert_error(await client.post(f"/jobs/{job['id']}/retry"), 409, "dedupe_key_taken")
+    assert error["details"]["openJob"] == newer["job"]["id"]
+    await client.post(f"/jobs/{newer['job']['id']}/cancel")
+    retried = await client.post(f"/jobs/{job['id']}/retry")
+    assert retried.status_code == 200 and retried.json()["status"] == "pending"
