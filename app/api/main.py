@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import batches, cron, errors, health, jobs, openapi, runs
+from app.api import batches, campaigns, cron, errors, health, jobs, openapi, runs
 from app.api.idempotency import Idempotency
 from app.api.ratelimit import RateLimit
 from app.api.redis_gate import RedisGate
@@ -48,5 +48,6 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
     app.include_router(jobs.router)
     app.include_router(runs.router)
     app.include_router(batches.router)
+    app.include_router(campaigns.router)
     openapi.install(app, runtime.settings)
     return app

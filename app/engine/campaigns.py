@@ -47,6 +47,10 @@ async def get_campaign(db, campaign_id: uuid.UUID) -> dict[str, Any] | None:
     return out
 
 
+async def campaign_exists(db, campaign_id: uuid.UUID) -> bool:
+    return await db.fetchrow(query("campaign_site"), campaign_id) is not None
+
+
 async def any_campaign(db) -> bool:
     return await db.fetchval(query("campaigns_exist"))
 
@@ -56,8 +60,10 @@ async def lock_demo_seed(conn) -> None:
 
 
 async def list_contacts(db, campaign_id: uuid.UUID, *, after: tuple[datetime, uuid.UUID] | None = None,
-                        limit: int = 100) -> list[dict[str, Any]]:
-    """Contacts in the order found, `limit` at a time after the keyset `after`."""
+                        limit: int = 100, newest_first: bool = False) -> list[dict[str, Any]]:
+    """Contacts with their drafts, `limit` at a time after the keyset `after` (created_at,
+    id): in the order found, or newest first (as the API's list pages go)."""
     at, last_id = after if after else (None, None)
-    rows = await db.fetch(query("contacts_list"), campaign_id, at, last_id, limit)
+    name = "contacts_page" if newest_first else "contacts_list"
+    rows = await db.fetch(query(name), campaign_id, at, last_id, limit)
     return [dict(r) for r in rows]

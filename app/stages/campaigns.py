@@ -22,6 +22,10 @@ class CampaignInputError(ValueError):
     """Input a campaign cannot be made from; the message says what to change."""
 
 
+class PlanConflictError(CampaignInputError):
+    """The owner exists on another plan; adding a campaign does not change a subscription."""
+
+
 def check_plan(plan: str | None) -> str | None:
     if plan is not None and plan not in PLANS:
         raise CampaignInputError(f"unknown plan {plan!r}; the plans are: {', '.join(PLANS)}")
@@ -48,7 +52,7 @@ async def add_campaign_in(conn, url: str, *, owner: str, plan: str | None = None
     try:
         owner_id, plan_name = await store.ensure_owner(conn, email, plan)
     except store.PlanConflict as exc:
-        raise CampaignInputError(str(exc)) from None
+        raise PlanConflictError(str(exc)) from None
     row = await store.insert_campaign(conn, owner_id, urlsplit(url).netloc, url)
     job_id = await q.enqueue(conn, brief_job(row["id"]))
     return {"id": row["id"], "name": row["name"], "url": row["url"], "status": row["status"],

@@ -12,7 +12,7 @@ from app.pipeline.loop import Pipeline
 from app.settings import load_settings
 from app.stages import STAGES
 from app.stages.campaigns import add_campaign
-from tests.stages.servers import FakeLlm, Recorder, ServerThread, test_site
+from tests.stages.servers import FakeLlm, Recorder, ServerThread, site_app
 
 
 @dataclass
@@ -26,7 +26,7 @@ class Site:
 
 @pytest.fixture(scope="session")
 def _site_server():
-    app, rec = test_site()
+    app, rec = site_app()
     with ServerThread(app) as server:
         yield Site(server.url, rec)
 

@@ -67,7 +67,7 @@ HOME_LINKS = ["/contacts", "/missing", "/limited", "/busy", "/broken", "/slow", 
               "mailto:owner@site.test", "#top"]
 
 
-def test_site() -> tuple[Starlette, Recorder]:
+def site_app() -> tuple[Starlette, Recorder]:
     """A site with one path for each outcome the crawl must get right."""
     rec = Recorder()
 

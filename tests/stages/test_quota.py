@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from app.engine import quota
+from app.stages.crawl import discover, lock_pages
 from tests.stages.conftest import campaign, run, seconds_until
 
 
@@ -26,21 +27,27 @@ async def test_concurrent_spends_never_overspend(pool):
 async def test_a_scheduled_run_stops_at_the_reserve_and_a_person_may_spend_it(pool, site):
     limits = dict(quota_daily_units=5, quota_reserve_units=2)
     cid = await campaign(pool, site.url + "/")
+    await pool.execute("DELETE FROM jobs")  # eight plain pages instead of the brief
+    async with pool.acquire() as conn, conn.transaction():
+        await lock_pages(conn, cid)
+        await discover(conn, cid, [f"{site.url}/fair/q/{i}" for i in range(8)], 1)
 
     cron = await run(pool, "cron", **limits)
     assert cron.stop_reason == "quota_reserve" and cron.error is None
-    assert cron.units == 3 and cron.jobs_failed == 0  # brief, then the home page, then one more
+    assert cron.units == 3 and cron.jobs_failed == 0 and cron.summary["stages"]["crawl"]["done"] == 3  # 5 less the reserve
     row = await pool.fetchrow("SELECT * FROM runs WHERE id = $1", cron.run_id)
     assert row["stop_reason"] == "quota_reserve" and row["quota_units"] == 3
     # the jobs that met the reserve wait, without a burned attempt, for a run that may spend it
     waiting = await pool.fetch("SELECT * FROM jobs WHERE type = 'crawl' AND status = 'pending'")
-    assert waiting and {j["attempts"] for j in waiting} == {0}
+    assert len(waiting) == 5 and {j["attempts"] for j in waiting} == {0}
     assert max([await seconds_until(pool, j["run_after"]) for j in waiting]) <= 1
+    assert any(j["run_id"] == cron.run_id for j in waiting)  # claimed, met the reserve, deferred
     # a refused fetch does not use up the campaign's page allowance either
     assert await pool.fetchval("SELECT pages FROM campaign_usage WHERE campaign_id = $1", cid) == 3
 
     manual = await run(pool, "manual", **limits)
     assert manual.stop_reason == "quota_exhausted" and manual.units == 2
+    assert manual.summary["stages"]["crawl"]["done"] == 2
     assert await pool.fetchval("SELECT spent FROM quota_ledger") == 5
 
     again = await run(pool, "cron", **limits)

@@ -1,0 +1,181 @@
+"""Campaigns of the example pipeline over HTTP: add one (its owner is created when new
+and its brief is queued), read it with what the pipeline found so far, and page through
+its contacts. Thin over app.stages.campaigns and app.engine.campaigns."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.deps import pool_of
+from app.api.errors import ApiError
+from app.api.pagination import ListQuery
+from app.api.params import only_params
+from app.engine import allowances
+from app.engine import campaigns as store
+from app.plans import PLANS
+from app.stages.brief import BRIEF
+from app.stages.campaigns import CampaignInputError, PlanConflictError, add_campaign
+
+router = APIRouter(tags=["campaigns"])
+
+CONTACT_LIST = ListQuery("campaign_contacts")
+
+
+class CampaignIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(min_length=1, max_length=2000, description="the site's home page, like https://example.com")
+    owner: str | None = Field(None, max_length=320,
+                              description="the owner's e-mail; created when new (default DEFAULT_OWNER_EMAIL)")
+    plan: str | None = Field(None, description=f"a new owner's plan: {', '.join(PLANS)} (default free); "
+                                               "an existing owner keeps theirs")
+
+
+class BriefOut(BaseModel):
+    title: str
+    description: str
+    keywords: list[str]
+    language: str | None
+    note: str | None = Field(description="why there is no crawl, when there is none")
+    updatedAt: datetime
+
+
+class CampaignCounts(BaseModel):
+    pagesFound: int
+    pagesFetched: int
+    pagesQueued: int
+    contacts: int
+    drafts: int
+
+
+class CampaignToday(BaseModel):
+    pages: int = Field(description="pages fetched today (UTC) for this campaign")
+    credits: int = Field(description="credits spent today (UTC), refunds given back")
+    dailyPages: int | None = Field(description="the plan's daily page allowance")
+    dailyCredits: int | None = Field(description="the plan's daily credits")
+
+
+class CampaignOut(BaseModel):
+    id: uuid.UUID
+    name: str
+    url: str | None
+    status: str
+    owner: str | None
+    plan: str = Field(description="the owner's plan, which orders the campaign's work and sets its allowances")
+    createdAt: datetime
+    brief: BriefOut | None = Field(description="null until the brief stage has run")
+    counts: CampaignCounts
+    today: CampaignToday
+    briefJob: uuid.UUID | None = Field(None, description="on creation: the queued brief job")
+
+
+class DraftOut(BaseModel):
+    body: str
+    model: str = Field(description="'template', or the LLM model that wrote it")
+    createdAt: datetime
+
+
+class ContactOut(BaseModel):
+    id: uuid.UUID
+    kind: str = Field(description="email, youtube, instagram, tiktok, x, twitch, linkedin, facebook")
+    value: str = Field(description="the address, or the profile's URL")
+    handle: str
+    pageUrl: str = Field(description="the page it was found on")
+    createdAt: datetime
+    draft: DraftOut | None = Field(description="the drafted first message, once written")
+
+
+class ContactPage(BaseModel):
+    data: list[ContactOut] = Field(description="newest first")
+    nextCursor: str | None = Field(description="pass as ?cursor= for the next (older) page; null on the last")
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+async def _campaign_json(pool, campaign_id: uuid.UUID) -> dict[str, Any]:
+    row = await store.get_campaign(pool, campaign_id)
+    if row is None:
+        raise ApiError(404, "not_found", f"no campaign {campaign_id}")
+    plan = PLANS.get(row["plan"])
+    used = await allowances.usage_today(pool, campaign_id)
+    brief = None
+    if row["brief_updated_at"] is not None:
+        brief = {"title": row["brief_title"], "description": row["brief_description"],
+                 "keywords": row["brief_keywords"], "language": row["brief_language"],
+                 "note": row["brief_note"], "updatedAt": _iso(row["brief_updated_at"])}
+    return {
+        "id": str(row["id"]), "name": row["name"], "url": row["url"], "status": row["status"],
+        "owner": row["owner"], "plan": row["plan"], "createdAt": _iso(row["created_at"]),
+        "brief": brief,
+        "counts": {"pagesFound": row["pages_found"], "pagesFetched": row["pages_fetched"],
+                   "pagesQueued": row["pages_queued"], "contacts": row["contacts"], "drafts": row["drafts"]},
+        "today": {"pages": used["pages"], "credits": used["credits"],
+                  "dailyPages": plan.daily_pages if plan else None,
+                  "dailyCredits": plan.daily_credits if plan else None},
+    }
+
+
+def _contact_json(r) -> dict[str, Any]:
+    return {
+        "id": str(r["id"]), "kind": r["kind"], "value": r["value"], "handle": r["handle"],
+        "pageUrl": r["page_url"], "createdAt": _iso(r["created_at"]),
+        "draft": ({"body": r["draft"], "model": r["draft_model"], "createdAt": _iso(r["drafted_at"])}
+                  if r["draft_id"] else None),
+    }
+
+
+@router.post("/campaigns", status_code=201, response_model=CampaignOut, summary="Add a campaign",
+             dependencies=[Depends(only_params())],
+             responses={409: {"description": "plan_conflict: the owner is on another plan"},
+                        422: {"description": "invalid_request: not an http(s) URL, not an e-mail "
+                                             "address, an unknown plan, or a malformed body"},
+                        503: {"description": "this deployment's stages have no 'brief' stage"}})
+async def create_campaign(body: CampaignIn, request: Request):
+    """A campaign for a site. Its owner is created (on `plan`) when new, and its first job,
+    `brief`, is queued: the next run reads the home page and starts the crawl."""
+    runtime = request.app.state.runtime
+    if BRIEF not in {s.type for s in runtime.stages}:
+        raise ApiError(503, "unavailable",
+                       f"this deployment's stages ({runtime.settings.pipeline_stages}) have no {BRIEF!r} "
+                       "stage, so nothing would run a new campaign")
+    pool = await pool_of(request)
+    try:
+        made = await add_campaign(pool, body.url, owner=body.owner or runtime.settings.default_owner_email,
+                                  plan=body.plan)
+    except PlanConflictError as exc:
+        raise ApiError(409, "plan_conflict", str(exc)) from None
+    except CampaignInputError as exc:
+        raise ApiError(422, "invalid_request", str(exc)) from None
+    out = await _campaign_json(pool, made["id"])
+    out["briefJob"] = str(made["brief_job"]) if made["brief_job"] else None
+    return JSONResponse(status_code=201, content=out, headers={"Location": f"/campaigns/{made['id']}"})
+
+
+@router.get("/campaigns/{campaign_id}", response_model=CampaignOut, summary="Read a campaign",
+            dependencies=[Depends(only_params())], responses={404: {"description": "no such campaign"}})
+async def get_campaign(campaign_id: uuid.UUID, request: Request) -> dict[str, Any]:
+    """The campaign, its owner and plan, its brief, what the pipeline found so far, and
+    what it used today of its plan's allowances."""
+    return await _campaign_json(await pool_of(request), campaign_id)
+
+
+@router.get("/campaigns/{campaign_id}/contacts", response_model=ContactPage, summary="List a campaign's contacts",
+            openapi_extra={"parameters": CONTACT_LIST.openapi()},
+            responses={404: {"description": "no such campaign"}})
+async def list_contacts(campaign_id: uuid.UUID, request: Request) -> dict[str, Any]:
+    """The contacts the pipeline found, newest first, each with its draft once written.
+    Keyset pages over (created_at, id); no total."""
+    page = CONTACT_LIST.parse(request)
+    pool = await pool_of(request)
+    if not await store.campaign_exists(pool, campaign_id):
+        raise ApiError(404, "not_found", f"no campaign {campaign_id}")
+    rows = await store.list_contacts(pool, campaign_id, after=page.after, limit=page.limit + 1,
+                                     newest_first=True)
+    return page.answer(rows, _contact_json, lambda r: (r["created_at"], r["id"]))
