@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test bench run migrate package clean
+.PHONY: install test bench run migrate package clean redis-server
 
 install: $(STAMP)
 
@@ -14,8 +14,21 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP)
+test: $(STAMP) redis-server
 	$(PY) -m pytest
+
+# The Redis tests (tests/api/test_redis.py) start and kill a real redis-server of their
+# own on a free port. Installed from Debian's packages when missing and we are root (as
+# in CI); elsewhere those tests are skipped with a note saying how to install it.
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing redis-server (Debian package) for the Redis tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      --no-install-recommends redis-server >/dev/null; \
+	  else \
+	    echo "redis-server is not installed: the Redis tests will be skipped (apt-get install redis-server)"; \
+	  fi; }
 
 bench: $(STAMP)
 	$(PY) -m bench
