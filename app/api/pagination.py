@@ -181,7 +181,9 @@ class ListQuery:
                 raise ApiError(400, "invalid_parameter", f"{p.name}: {exc}", {"parameter": p.name}) from None
         raw_limit = single(request, "limit")
         limit = settings.page_size_default if raw_limit is None else parse_limit(raw_limit, settings)
-        scope = scope_digest(values)
+        # path parameters (a campaign's id, say) belong to the listing too: a cursor made
+        # for one campaign's contacts is foreign to another's
+        scope = scope_digest({**{f"path:{k}": v for k, v in request.path_params.items()}, **values})
         key = cursor_key(settings)
         raw_cursor = single(request, "cursor")
         after = None if raw_cursor is None else read_cursor(key, self.route, scope, raw_cursor)

@@ -69,10 +69,12 @@ async def test_pages_never_repeat_or_skip_older_jobs_under_concurrent_inserts(ma
         while not stop.is_set():
             ids = await q.enqueue_many(pool, [q.NewJob(type="record", payload={"new": i}) for _ in range(3)])
             inserted.extend(ids)
-            # some arrive "in the past", in the middle of what is being paged
-            backdated = await q.enqueue_many(pool, [q.NewJob(type="record")])
-            await pool.execute("UPDATE jobs SET created_at = $2 WHERE id = $1", backdated[0],
-                               start + timedelta(milliseconds=60, microseconds=i))
+            # some arrive "in the past", in the middle of what is being paged (one
+            # transaction: no reader sees them at their first, newest place)
+            async with pool.acquire() as conn, conn.transaction():
+                backdated = await q.enqueue_many(conn, [q.NewJob(type="record")])
+                await conn.execute("UPDATE jobs SET created_at = $2 WHERE id = $1", backdated[0],
+                                   start + timedelta(milliseconds=60, microseconds=i))
             inserted.extend(backdated)
             i += 1
             await asyncio.sleep(0)
