@@ -30,6 +30,7 @@ from app.engine.db import connect
 from app.engine.migrate import migrate
 from app.logs import configure_logging
 from app.settings import Settings, SettingsError, load_settings
+from app.stages.sample import install_demo
 
 log = logging.getLogger("skiplock.dev")
 
@@ -170,6 +171,7 @@ async def serve(settings: Settings, signals: "_Signals") -> None:
         log.info("applied migrations: %s", ", ".join(applied))
     app = create_app(settings)
     runtime: Runtime = app.state.runtime
+    await install_demo(app, await runtime.pool(), settings)  # the sample site, and a demo campaign
     config = uvicorn.Config(app, host=settings.local_host, port=settings.local_port,
                             log_config=None, lifespan="on", access_log=True)
     server = uvicorn.Server(config)

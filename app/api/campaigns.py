@@ -4,13 +4,14 @@ its contacts. Thin over app.stages.campaigns and app.engine.campaigns."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.api.deps import pool_of
 from app.api.errors import ApiError
@@ -26,14 +27,47 @@ router = APIRouter(tags=["campaigns"])
 
 CONTACT_LIST = ListQuery("campaign_contacts")
 
+# The schema says exactly what is accepted (so a client, or a fuzzer, can tell a valid
+# request from the schema alone): http(s), a host name, an optional port, then anything
+# printable. app.stages.urls checks the same again for the CLI.
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_PORT = r"(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4})"
+URL_PATTERN = rf"^[Hh][Tt][Tt][Pp][Ss]?://{_LABEL}(?:\.{_LABEL})*\.?(?::{_PORT})?(?:[/?#][^\s\x00-\x1f\x7f]*)?$"
+EMAIL_PATTERN = r"^[^@\s\x00-\x1f\x7f]{1,64}@[^@\s\x00-\x1f\x7f]{1,255}$"
+PlanName = Literal[tuple(PLANS)]  # type: ignore[valid-type]
+
 
 class CampaignIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    url: str = Field(min_length=1, max_length=2000, description="the site's home page, like https://example.com")
-    owner: str | None = Field(None, max_length=320,
+    url: str = Field(max_length=2000, json_schema_extra={"pattern": URL_PATTERN},
+                     description="the site's home page, like https://example.com")
+    owner: str | None = Field(None, max_length=320, json_schema_extra={"pattern": EMAIL_PATTERN},
                               description="the owner's e-mail; created when new (default DEFAULT_OWNER_EMAIL)")
-    plan: str | None = Field(None, description=f"a new owner's plan: {', '.join(PLANS)} (default free); "
-                                               "an existing owner keeps theirs")
+    plan: PlanName | None = Field(None, description="a new owner's plan (default free); an existing owner "
+                                                    "keeps theirs")
+
+    # the patterns, checked here to say in words what is wrong
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not _printable(value) or not re.fullmatch(URL_PATTERN, value):
+            raise ValueError("must be an http(s) URL with a host name, like https://example.com")
+        return value
+
+    @field_validator("owner")
+    @classmethod
+    def _owner(cls, value: str | None) -> str | None:
+        if value is not None and (not _printable(value) or not re.fullmatch(EMAIL_PATTERN, value)):
+            raise ValueError("must be an e-mail address, like ann@example.com")
+        return value
+
+
+def _printable(value: str) -> bool:
+    try:
+        value.encode("utf-8")  # a lone surrogate cannot be stored
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class BriefOut(BaseModel):

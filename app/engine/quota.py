@@ -13,9 +13,10 @@ from datetime import date, datetime, time, timedelta, timezone
 
 from app.engine.queries import query
 
-# Triggers of runs a person started; they may dip into the reserve. Everything else
-# (cron, worker, ...) is scheduled and may not.
-PERSON_TRIGGERS = frozenset({"manual"})
+# Triggers of runs a person started, which may dip into the reserve: `python -m app
+# run-once` (manual) and a curl of /cron/pipeline (http). Everything else -- the schedule
+# (cron), a long-running worker (worker), anything unknown -- may not.
+PERSON_TRIGGERS = frozenset({"manual", "http"})
 
 OK = "ok"
 RESERVE = "quota_reserve"        # only the reserve is left, and this run may not use it

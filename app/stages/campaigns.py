@@ -15,7 +15,7 @@ from app.plans import PLANS
 from app.stages.brief import brief_job
 from app.stages.urls import BadUrl, normalize_url
 
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
+_EMAIL = re.compile(r"^[^@\s\x00-\x1f\x7f]{1,64}@[^@\s\x00-\x1f\x7f]{1,255}$")
 
 
 class CampaignInputError(ValueError):

@@ -5,10 +5,14 @@ a same-site redirect (/blog -> /blog/) and a staff area that robots.txt disallow
     sample_site_app()               an ASGI app serving it at its root (tests, or any port)
     mount_sample_site(app, "/sample")  serve it inside another app (local dev mode), with
                                     the site's robots.txt rules at that app's /robots.txt
+    install_demo(app, pool, settings)  local dev mode: both of the above, and a demo
+                                    campaign for it when the database has none
 """
 
 from __future__ import annotations
 
+import logging
+import uuid
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -18,6 +22,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 SITE_DIR = Path(__file__).resolve().parent / "sample_site"
+SAMPLE_PATH = "/sample"
+
+log = logging.getLogger("skiplock.demo")
 
 
 def robots_txt(prefix: str = "") -> str:
@@ -50,3 +57,33 @@ def mount_sample_site(app, path: str = "/sample") -> None:
     robots.txt rules at the app's /robots.txt, where crawlers look for them."""
     app.mount(path.rstrip("/"), StaticFiles(directory=SITE_DIR, html=True), name="sample_site")
     app.router.routes.append(_robots_route(path))
+
+
+def sample_site_url(settings) -> str:
+    """Where local dev mode serves the sample site: LOCAL_HOST:LOCAL_PORT/sample/."""
+    host = settings.local_host
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"  # listening everywhere: reach it on loopback
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{settings.local_port}{SAMPLE_PATH}/"
+
+
+async def install_demo(app, pool, settings) -> uuid.UUID | None:
+    """Local dev mode: serve the sample site from `app`, and seed one demo campaign for it
+    when the database has no campaign, so the first run crawls it with no network."""
+    from app.stages.brief import BRIEF
+    from app.stages.campaigns import seed_demo
+
+    mount_sample_site(app, SAMPLE_PATH)
+    url = sample_site_url(settings)
+    stages = getattr(getattr(app.state, "runtime", None), "stages", None)
+    if stages is not None and BRIEF not in {s.type for s in stages}:
+        log.info("the sample site is at %s; no demo campaign, since PIPELINE_STAGES has no %r stage",
+                 url, BRIEF)
+        return None
+    campaign_id = await seed_demo(pool, url, settings.default_owner_email)
+    if campaign_id is not None:
+        log.info("seeded a demo campaign %s for the sample site at %s; the next run crawls it, "
+                 "then: python -m app contacts %s", campaign_id, url, campaign_id)
+    return campaign_id

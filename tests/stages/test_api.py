@@ -53,9 +53,12 @@ async def test_add_a_campaign_then_read_it_and_its_contacts(api, pool):
 
 
 @pytest.mark.parametrize("body, status, code, needle", [
-    ({"url": "nope"}, 422, "invalid_request", "not an http(s) URL"),
-    ({"url": "https://x.example", "owner": "not-an-email"}, 422, "invalid_request", "not an e-mail"),
-    ({"url": "https://x.example", "plan": "gold"}, 422, "invalid_request", "unknown plan 'gold'"),
+    ({"url": "nope"}, 422, "invalid_request", "must be an http(s) URL"),
+    ({"url": "ftp://x.example"}, 422, "invalid_request", "must be an http(s) URL"),
+    ({"url": "http://x.example:70000/"}, 422, "invalid_request", "must be an http(s) URL"),
+    ({"url": "https://x.example/\u0000"}, 422, "invalid_request", "must be an http(s) URL"),
+    ({"url": "https://x.example", "owner": "not-an-email"}, 422, "invalid_request", "must be an e-mail"),
+    ({"url": "https://x.example", "plan": "gold"}, 422, "invalid_request", "'free', 'standard' or 'pro'"),
     ({"url": "https://x.example", "colour": "red"}, 422, "invalid_request", "colour"),
     ({}, 422, "invalid_request", "url"),
 ])

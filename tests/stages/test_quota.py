@@ -56,3 +56,10 @@ async def test_a_scheduled_run_stops_at_the_reserve_and_a_person_may_spend_it(po
     tomorrow = quota.next_utc_day()
     deferred = await pool.fetch("SELECT * FROM jobs WHERE type = 'crawl' AND run_id = $1", again.run_id)
     assert any(j["run_after"] == tomorrow and j["attempts"] == 0 for j in deferred)
+
+
+def test_who_may_use_the_reserve():
+    # a person: `python -m app run-once` (manual) or a curl of /cron/pipeline (http)
+    assert quota.may_use_reserve("manual") and quota.may_use_reserve("http")
+    # the schedule, a worker, anything unknown: not
+    assert not any(quota.may_use_reserve(t) for t in ("cron", "worker", "test", ""))
