@@ -18,6 +18,11 @@ from app.api.redis_gate import gate_of
 
 PREFIX = "skiplock:cache:"
 
+# For the read routes' OpenAPI: responses={200: CACHED}.
+CACHED = {"headers": {"X-Cache": {
+    "description": "hit or miss when the Redis cache is in play (REDIS_URL set); absent otherwise",
+    "schema": {"type": "string", "enum": ["hit", "miss"]}}}}
+
 
 def cache_key(path: str, query_items: list[tuple[str, str]] | None = None) -> str:
     query = "&".join(f"{k}={v}" for k, v in sorted(query_items or []))

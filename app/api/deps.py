@@ -7,7 +7,7 @@ import asyncpg
 from fastapi import Request
 
 from app.api.errors import ApiError
-from app.api.runtime import DATABASE_ERRORS, DatabaseNotConfigured
+from app.api.runtime import DATABASE_ERRORS, DatabaseNotConfigured, Runtime
 from app.pipeline.maintenance import MAINTENANCE_TYPE
 from app.pipeline.notifications import NOTIFY_TYPE
 
@@ -22,12 +22,25 @@ async def pool_of(request: Request) -> asyncpg.Pool:
                        f"the database is not reachable: {type(exc).__name__}") from None
 
 
-def enqueueable_types(request: Request) -> list[str]:
+# In a schema: "enqueueable" or "listed"; the OpenAPI document puts that list of job
+# types there as the enum (app/api/openapi.py), since it depends on the deployment.
+JOB_TYPES_MARK = "x-skiplock-job-types"
+
+
+def enqueueable_types_of(runtime: Runtime) -> list[str]:
     """Types a person may enqueue: the runtime's own stages, in order."""
-    return [s.type for s in request.app.state.runtime.stages if not s.internal]
+    return [s.type for s in runtime.stages if not s.internal]
+
+
+def listed_types_of(runtime: Runtime) -> list[str]:
+    """Types jobs can have here: the stages, plus the pipeline's own housekeeping."""
+    return [MAINTENANCE_TYPE, NOTIFY_TYPE, *(t for t in enqueueable_types_of(runtime)
+                                             if t not in (MAINTENANCE_TYPE, NOTIFY_TYPE))]
+
+
+def enqueueable_types(request: Request) -> list[str]:
+    return enqueueable_types_of(request.app.state.runtime)
 
 
 def listed_types(request: Request) -> list[str]:
-    """Types jobs can have here: the stages, plus the pipeline's own housekeeping."""
-    return [MAINTENANCE_TYPE, NOTIFY_TYPE, *(t for t in enqueueable_types(request)
-                                             if t not in (MAINTENANCE_TYPE, NOTIFY_TYPE))]
+    return listed_types_of(request.app.state.runtime)

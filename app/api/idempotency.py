@@ -13,6 +13,9 @@ Which requests: POST, PUT, PATCH and DELETE anywhere in the app, and GET /cron/p
                                   replays it; after that, 409 idempotency_in_progress
                                   with Retry-After
 
+Keys are scoped by the credential sent with them (the Authorization header, when there
+is one): an answer is replayed only to a request that could have made it.
+
 So two concurrent requests with one key act once. Answers that say nothing about the
 effect are not stored and give the key back, so a retry acts: any 5xx (the work did
 not happen, or not all of it: the database was down, an unexpected error), 401 and 403
@@ -74,6 +77,16 @@ def fingerprint(method: str, path: str, query_string: bytes, body: bytes) -> str
     return h.hexdigest()
 
 
+def scoped_key(key: str, scope: Scope) -> str:
+    """Keys live in the namespace of the credential sent with them: a stored answer is
+    replayed only to a request carrying the same Authorization header, so a key alone
+    never reveals an answer, and a request without the credential is refused as usual."""
+    auth = [v for k, v in scope.get("headers", []) if k.lower() == b"authorization"]
+    if not auth:
+        return key
+    return f"{hashlib.sha256(b'|'.join(auth)).hexdigest()[:16]}:{key}"
+
+
 def _valid_key(key: str) -> bool:
     return 0 < len(key) <= MAX_KEY_LENGTH and all(0x21 <= ord(c) <= 0x7E for c in key)
 
@@ -111,6 +124,7 @@ class Idempotency:
             return
         method, path = scope["method"], scope.get("path", "")
         fp = fingerprint(method, path, scope.get("query_string", b""), body)
+        key = scoped_key(key, scope)
         try:
             pool = await self.runtime.pool()
             token = await store.claim(pool, key, method, path, fp)

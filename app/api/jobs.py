@@ -13,8 +13,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.api.cache import cached_json, forget
-from app.api.deps import enqueueable_types, listed_types, pool_of
+from app.api.cache import CACHED, cached_json, forget
+from app.api.deps import JOB_TYPES_MARK, enqueueable_types, listed_types, pool_of
 from app.api.errors import ApiError
 from app.api.pagination import ListQuery, Param, enum_param, uuid_param
 from app.api.params import only_params
@@ -25,6 +25,8 @@ from app.engine.jobs import NewJob, enqueue
 router = APIRouter(tags=["jobs"])
 
 STATUSES = ("pending", "running", "done", "failed")
+EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime(9999, 1, 1, tzinfo=timezone.utc)
 CANCELLED = "cancelled"
 
 
@@ -35,7 +37,7 @@ def _type_param() -> Param:
             raise ValueError(f"unknown job type {raw[:40]!r}; the types are: {', '.join(known)}")
         return raw
     return Param("type", "only jobs of this type (a stage's type, or maintenance / notify)",
-                 {"type": "string", "minLength": 1, "maxLength": 100}, parse)
+                 {"type": "string", "minLength": 1, "maxLength": 100, JOB_TYPES_MARK: "listed"}, parse)
 
 
 JOB_LIST = ListQuery("jobs", [
@@ -83,7 +85,9 @@ class JobIn(BaseModel):
         None, min_length=1, max_length=200,
         description="while a job with this key is pending or running, enqueueing another is a no-op "
                     "that answers 200 with that job")
-    run_after: datetime | None = Field(None, description="not before this time (default now; no time zone: UTC)")
+    run_after: datetime | None = Field(
+        None, description="not before this time (default now; no time zone: UTC; a time before 1970 "
+                          "means now, one after 9999-01-01 is kept as 9999-01-01)")
     campaign_id: uuid.UUID | None = Field(None, description="the campaign the work is for (fairness, plans)")
 
     @field_validator("type", "dedupe_key")
@@ -96,17 +100,17 @@ class JobIn(BaseModel):
     @field_validator("run_after")
     @classmethod
     def _utc(cls, value: datetime | None) -> datetime | None:
+        """UTC when no zone is given; clamped to [EARLIEST, LATEST] (earlier means now
+        anyway, and the clamp keeps every stored time readable back into Python)."""
         if value is None:
             return None
         if value.tzinfo is None:
             value = value.replace(tzinfo=timezone.utc)
-        try:
-            value = value.astimezone(timezone.utc)
-        except OverflowError:
-            raise ValueError("is out of range") from None
-        if not 1970 <= value.year <= 9000:
-            raise ValueError("must be between the years 1970 and 9000")
-        return value
+        if value < EARLIEST:
+            return EARLIEST
+        if value > LATEST:
+            return LATEST
+        return value.astimezone(timezone.utc)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -128,9 +132,10 @@ def job_json(r) -> dict[str, Any]:
 
 
 _NOT_FOUND = {404: {"description": "no such job"}}
+LOCATION = {"description": "the job's URL, /jobs/{id}", "schema": {"type": "string"}}
 
 
-@router.get("/jobs", response_model=JobPage, summary="List jobs, newest first",
+@router.get("/jobs", response_model=JobPage, summary="List jobs, newest first", responses={200: CACHED},
             openapi_extra={"parameters": JOB_LIST.openapi()})
 async def list_jobs(request: Request) -> Response:
     """A keyset page of jobs over (created_at, id), newest first. No total: follow
@@ -148,7 +153,7 @@ async def list_jobs(request: Request) -> Response:
     return await cached_json(request, build)
 
 
-@router.get("/jobs/{job_id}", response_model=JobOut, summary="One job", responses=_NOT_FOUND,
+@router.get("/jobs/{job_id}", response_model=JobOut, summary="One job", responses={200: CACHED, **_NOT_FOUND},
             dependencies=[Depends(only_params())])
 async def get_job(job_id: uuid.UUID, request: Request) -> Response:
     async def build() -> dict[str, Any]:
@@ -162,7 +167,8 @@ async def get_job(job_id: uuid.UUID, request: Request) -> Response:
 
 @router.post("/jobs", status_code=201, response_model=JobCreated, summary="Enqueue a job",
              dependencies=[Depends(only_params())],
-             responses={200: {"model": JobCreated,
+             responses={201: {"headers": {"Location": LOCATION}},
+                        200: {"model": JobCreated, "headers": {"Location": LOCATION},
                               "description": "an open job already had this dedupe_key: that job, created false"},
                         422: {"description": "unknown_job_type (the message names the known types), "
                                              "unknown_campaign, or a malformed body"}})

@@ -49,5 +49,5 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
     app.include_router(runs.router)
     app.include_router(batches.router)
     app.include_router(campaigns.router)
-    openapi.install(app, runtime.settings)
+    openapi.install(app, runtime)
     return app

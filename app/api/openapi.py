@@ -9,7 +9,8 @@ shares are added here, once, so no route can forget them:
 - side-effecting routes take the Idempotency-Key header, document its 409 and 422, and
   say that a replayed answer carries Idempotent-Replayed;
 - /cron/pipeline needs the bearer CRON_SECRET (a security scheme, and its 401);
-- `limit` on list routes shows the configured default and maximum."""
+- `limit` on list routes shows the configured default and maximum;
+- a job `type` in a request body lists the types this deployment runs."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from app.api.deps import JOB_TYPES_MARK, enqueueable_types_of, listed_types_of
 from app.api.idempotency import MAX_KEY_LENGTH, REPLAYED, applies
 from app.api.ratelimit import TRIGGER_PATH, UNLIMITED_PREFIXES
+from app.api.runtime import Runtime
 from app.settings import Settings
 
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
@@ -53,6 +56,9 @@ COMMON_ERRORS = {
            "see Retry-After",
 }
 
+# Request bodies whose `type` names a stage (documented as the enum of this deployment's).
+JOB_TYPE_BODIES = ("JobIn", "BatchJobIn")
+
 RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}}
 
 
@@ -83,6 +89,9 @@ def _complete_operation(path: str, method: str, op: dict[str, Any], settings: Se
         _add_error(responses, "422", "invalid_request: a path parameter or the body is malformed")
     if path == TRIGGER_PATH:
         op["security"] = [{"cronSecret": []}]
+        for param in op.get("parameters", []):
+            if param.get("name") == "budget":  # parsed by hand in cron.py, so FastAPI calls it a string
+                param["schema"] = {"type": "number", "exclusiveMinimum": 0}
         _add_error(responses, "401", "unauthorized: missing or wrong Authorization: Bearer <CRON_SECRET>")
         _add_error(responses, "503", "cron_secret_not_configured")
     if applies(method.upper(), path):
@@ -114,18 +123,29 @@ def _complete_operation(path: str, method: str, op: dict[str, Any], settings: Se
             response["content"] = _error_content()
 
 
-def build_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
+def build_openapi(app: FastAPI, runtime: Runtime) -> dict[str, Any]:
+    settings = runtime.settings
     schema = get_openapi(title=app.title, version=app.version, description=app.description,
                          routes=app.routes)
     components = schema.setdefault("components", {})
     schemas = components.setdefault("schemas", {})
     schemas["Error"] = ERROR_SCHEMA
+    # the job types this deployment runs: anything else is a 422 unknown_job_type
+    types = {"enqueueable": enqueueable_types_of(runtime), "listed": listed_types_of(runtime)}
+    for name in JOB_TYPE_BODIES:
+        prop = schemas.get(name, {}).get("properties", {}).get("type")
+        if prop is not None and types["enqueueable"]:
+            prop["enum"] = types["enqueueable"]
     components.setdefault("securitySchemes", {})["cronSecret"] = {
         "type": "http", "scheme": "bearer", "description": "CRON_SECRET"}
     for path, item in schema.get("paths", {}).items():
         for method, op in item.items():
             if isinstance(op, dict) and "responses" in op:
                 _complete_operation(path, method, op, settings)
+                for param in op.get("parameters", []):
+                    which = param.get("schema", {}).pop(JOB_TYPES_MARK, None)
+                    if which in types and types[which]:
+                        param["schema"]["enum"] = types[which]
     # FastAPI's own validation error schemas are never sent (errors.py answers in the
     # one shape instead); drop them when nothing refers to them any more.
     text = str(schema["paths"])
@@ -135,10 +155,10 @@ def build_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
     return schema
 
 
-def install(app: FastAPI, settings: Settings) -> None:
+def install(app: FastAPI, runtime: Runtime) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = build_openapi(app, settings)
+            app.openapi_schema = build_openapi(app, runtime)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -37,6 +37,7 @@ Keyset = tuple[datetime, uuid.UUID]
 _BUILTIN_KEY = b"skiplock-cursor-v1"
 _B64 = re.compile(r"^[A-Za-z0-9_-]+$")
 MAX_CURSOR_LENGTH = 512
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
 
 
 def cursor_key(settings: Settings) -> bytes:
@@ -200,7 +201,8 @@ class ListQuery:
         params.append({"name": "cursor", "in": "query", "required": False,
                        "description": "the nextCursor of the previous page, unchanged, with the same filters; "
                                       "leave out for the newest rows",
-                       "schema": {"type": "string", "minLength": 1, "maxLength": MAX_CURSOR_LENGTH}})
+                       "schema": {"type": "string", "minLength": 3, "maxLength": MAX_CURSOR_LENGTH,
+                                  "pattern": CURSOR_PATTERN}})
         return params
 
 

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from app.api.cache import cached_json
+from app.api.cache import CACHED, cached_json
 from app.api.deps import pool_of
 from app.api.errors import ApiError
 from app.api.pagination import ListQuery, enum_param, word_param
@@ -67,7 +67,7 @@ def run_json(r) -> dict[str, Any]:
     }
 
 
-@router.get("/runs", response_model=RunPage, summary="List runs, newest first",
+@router.get("/runs", response_model=RunPage, summary="List runs, newest first", responses={200: CACHED},
             openapi_extra={"parameters": RUN_LIST.openapi()})
 async def list_runs(request: Request) -> Response:
     """A keyset page of runs over (started_at, id), newest first. No total."""
@@ -83,7 +83,8 @@ async def list_runs(request: Request) -> Response:
 
 
 @router.get("/runs/{run_id}", response_model=RunOut, summary="One run",
-            dependencies=[Depends(only_params())], responses={404: {"description": "no such run"}})
+            dependencies=[Depends(only_params())],
+            responses={200: CACHED, 404: {"description": "no such run"}})
 async def get_run(run_id: uuid.UUID, request: Request) -> Response:
     async def build() -> dict[str, Any]:
         row = await run_log.get_run(await pool_of(request), run_id)

@@ -77,10 +77,21 @@ async def test_bad_enqueues_are_422_naming_what_is_wrong(make_client, pool):
     assert "payload" in payload["message"]
     nul = await client.post("/jobs", json={"type": "record", "payload": {"a": "x\u0000y"}})
     assert nul.status_code == 422, nul.text
-    when = assert_error(await client.post("/jobs", json={"type": "record", "run_after": "9999-12-31T23:59:59-23:59"}),
+    when = assert_error(await client.post("/jobs", json={"type": "record", "run_after": "tomorrow"}),
                         422, "invalid_request")
     assert "run_after" in when["message"]
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
+
+
+async def test_run_after_at_the_ends_of_time_is_clamped(make_client, pool):
+    client = await client_with_stages(make_client)
+    late = await client.post("/jobs", json={"type": "record", "run_after": "9999-12-31T23:59:59-23:59"})
+    assert late.status_code == 201, late.text
+    assert late.json()["job"]["runAfter"] == "9999-01-01T00:00:00+00:00"
+    early = await client.post("/jobs", json={"type": "record", "run_after": "0001-01-01T00:00:00+05:00"})
+    assert early.json()["job"]["runAfter"] == "1970-01-01T00:00:00+00:00"
+    naive = await client.post("/jobs", json={"type": "record", "run_after": "2031-05-06T07:08:09"})
+    assert naive.json()["job"]["runAfter"] == "2031-05-06T07:08:09+00:00"
 
 
 async def test_unknown_ids_are_404_and_malformed_ids_422(make_client, pool):
