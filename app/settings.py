@@ -92,7 +92,8 @@ class Settings(BaseSettings):
 
     # The example pipeline (app/stages/): fetching, the shared quota, drafts.
     fetch_timeout_seconds: float = Field(
-        10.0, gt=0, description="one page fetch, redirects included, gives up after this long")
+        10.0, gt=0, le=25, description="one page fetch, redirects included, gives up after this long "
+                                       "(robots.txt gets as long again: both fit the crawl stage's 60 s)")
     fetch_max_bytes: int = Field(2_000_000, ge=1024, description="pages larger than this are skipped")
     fetch_user_agent: str = Field(
         "SkiplockBot/0.1 (Skiplock example pipeline)",
@@ -108,7 +109,8 @@ class Settings(BaseSettings):
                           "by it, else by a template")
     llm_api_key: str | None = Field(None, repr=False, description="sent as a bearer token, when set")
     llm_model: str | None = Field(None, description="the model drafts ask for")
-    llm_timeout_seconds: float = Field(30.0, gt=0, description="one chat completion gives up after this long")
+    llm_timeout_seconds: float = Field(
+        30.0, gt=0, le=100, description="one chat completion gives up after this long (the draft stage allows 120 s)")
     default_owner_email: str = Field(
         "owner@localhost", description="owner of campaigns added without one (on the default plan)")
 

@@ -1,0 +1,96 @@
+"""The web client's rules, URL normal forms, Retry-After, and what counts as a contact."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from email.utils import format_datetime
+
+import pytest
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from app.stages.extract import email_contact, find_contacts, profile_contact
+from app.stages.urls import BadUrl, normalize_url, same_site
+from app.stages.web import FetchError, RateLimited, WebClient, retry_after
+from tests.stages.servers import ServerThread
+
+
+def test_one_spelling_per_page():
+    assert normalize_url("HTTP://Example.COM:80/a?b=1#top") == "http://example.com/a?b=1"
+    assert normalize_url("https://example.com") == "https://example.com/"
+    assert normalize_url("../c.html", base="https://example.com/a/b/") == "https://example.com/a/c.html"
+    assert normalize_url("https://example.com:8443/") == "https://example.com:8443/"
+    for bad in ("mailto:a@b.c", "javascript:void(0)", "ftp://example.com", "", "https://", "http://x:99999/"):
+        with pytest.raises(BadUrl):
+            normalize_url(bad)
+
+
+def test_what_counts_as_the_same_site():
+    assert same_site("http://example.com/a", "https://www.example.com/b")
+    assert not same_site("http://example.com/", "http://example.org/")
+    assert not same_site("http://127.0.0.1:8000/", "http://127.0.0.1:8001/")
+    assert not same_site("http://shop.example.com/", "http://example.com/")
+
+
+def test_retry_after_in_seconds_or_as_a_date_capped_at_a_day():
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    assert retry_after("120", now) == timedelta(seconds=120)
+    assert retry_after(format_datetime(now + timedelta(minutes=5), usegmt=True), now) == timedelta(minutes=5)
+    assert retry_after("999999", now) == timedelta(days=1)
+    assert retry_after("0", now) == timedelta(seconds=1)
+    assert retry_after("soon", now) is None and retry_after(None, now) is None
+
+
+def robots_site(status: int, seen: list):
+    async def robots(request):
+        seen.append(request.headers.get("user-agent"))
+        headers = {"Retry-After": "60"} if status == 503 else None
+        return PlainTextResponse("User-agent: SkiplockBot\nDisallow: /no/\n", status_code=status, headers=headers)
+    return Starlette(routes=[Route("/robots.txt", robots)])
+
+
+def client(**kw) -> WebClient:
+    return WebClient(user_agent="SkiplockBot/0.1 (test)", timeout=2, max_bytes=4096, **kw)
+
+
+async def test_robots_rules_for_our_agent_read_once():
+    seen = []
+    with ServerThread(robots_site(200, seen)) as server:
+        web = client()
+        assert not await web.allowed(f"{server.url}/no/page")
+        assert await web.allowed(f"{server.url}/yes")
+    assert seen == ["SkiplockBot/0.1 (test)"]  # once, with a user agent that says who we are
+
+
+@pytest.mark.parametrize("status, outcome", [(404, "allowed"), (403, "allowed"), (500, FetchError),
+                                             (503, RateLimited)])
+async def test_robots_txt_answers_per_rfc_9309(status, outcome):
+    with ServerThread(robots_site(status, [])) as server:
+        web = client()
+        if outcome == "allowed":  # a 4xx means there are no rules
+            assert await web.allowed(f"{server.url}/no/page")
+        else:  # unreachable: not "allowed", but tried again later
+            with pytest.raises(outcome):
+                await web.allowed(f"{server.url}/no/page")
+
+
+async def test_a_connection_refused_is_a_fetch_error():
+    with ServerThread(Starlette()) as server:
+        url = server.url
+    with pytest.raises(FetchError):  # the server is gone now
+        await client().get(url + "/")
+
+
+def test_contacts_are_people_not_pages_of_the_social_sites():
+    assert profile_contact("https://m.youtube.com/@Someone/").value == "https://www.youtube.com/@someone"
+    assert profile_contact("https://www.youtube.com/channel/UCabcDEF1234567890").value.endswith("UCabcDEF1234567890")
+    for not_a_person in ("https://youtube.com/watch?v=x", "https://x.com/intent/tweet", "https://x.com/share",
+                         "https://www.instagram.com/p/abc/", "https://www.facebook.com/sharer.php",
+                         "https://twitter.com/home", "https://example.com/@someone"):
+        assert profile_contact(not_a_person) is None, not_a_person
+    assert email_contact("Sam@Example.COM").value == "sam@example.com"
+    assert email_contact("logo@2x.png") is None
+    found = find_contacts('<a href="mailto:a@x.test,b@x.test?cc=c@x.test">mail</a> a@x.test', "text/html")
+    assert [c.value for c in found] == ["a@x.test", "b@x.test"]
+    assert [c.value for c in find_contacts("write to ops@x.test.", "text/plain")] == ["ops@x.test"]
