@@ -32,14 +32,14 @@ TARGET_RATIO_10M = 1.5      # p95 at 10M / p95 at 10k
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", choices=["drain", "claim"], help="run one part only")
+    p.add_argument("--only", choices=["drain", "claim", "lanes"], help="run one part only")
     p.add_argument("--n", type=int, default=20_000, help="jobs per drain (default 20000)")
     p.add_argument("--workers", type=int, default=10, help="overlapping pipeline runs (default 10)")
     p.add_argument("--batches", type=int, nargs="+", default=[25, 50, 100], help="stage batch sizes")
     p.add_argument("--shapes", nargs="+", default=["mixed", "ownerless"], choices=["mixed", "ownerless"])
     p.add_argument("--repeats", type=int, default=3, help="drains per setting; the median is reported")
     p.add_argument("--no-diagnostics", action="store_true",
-                   help="skip the user-stage-only drain (what the pipeline's own stages cost)")
+                   help="skip the diagnostic drain variants (what two possible engine changes are worth)")
     p.add_argument("--drain-cap", type=float, default=240, help="seconds for the whole drain part")
     p.add_argument("--sizes", type=_size, nargs="+", default=[10_000, 1_000_000, 10_000_000],
                    help="done rows for the claim latency (e.g. 10k 1M 10M)")
@@ -90,8 +90,13 @@ async def main(args) -> dict:
                 server, sizes=args.sizes, pending=20_000, warmup=20, samples=args.samples, rounds=5,
                 naive_sizes=args.naive_sizes, naive_samples=args.samples, naive_cap=45,
                 cap=args.claim_cap, log=_log))
+        if args.only in (None, "lanes"):
+            _log("\n[3] fair claim of 25 as campaigns grow (20,000 pending, no history)")
+            out["lanes"] = await _guard(claim_latency.run_lanes(
+                server, shapes=claim_latency.LANE_SHAPES, pending=20_000, warmup=20,
+                samples=min(args.samples, 100), cap=90, log=_log))
         if args.peers:
-            _log("\n[3] peer: pgqueuer 1.6.0 on the same server")
+            _log("\n[4] peer: pgqueuer 1.6.0 on the same server")
             out["peers"] = await _guard(peers.run(
                 server, peers_dir=args.peers_dir, variants=["unlimited", "ep10"], n=args.n,
                 concurrency=args.workers, repeats=args.repeats, cap=300, log=_log))
@@ -138,12 +143,12 @@ def _table(out: dict) -> str:
     if d.get("results"):
         lines += ["", f"Drain: {d['n']:,} no-op jobs, {d['workers']} overlapping Pipeline.run, "
                       f"median of {d['repeats']} (jobs/s)",
-                  f"  {'shape':10s} {'batch':>5s}  {'variant':16s} {'drain':>8s}  {'runs':24s} "
+                  f"  {'shape':10s} {'batch':>5s}  {'variant':28s} {'drain':>8s}  {'runs':24s} "
                   f"{'enqueue':>8s}  {'jobs/claim':>10s}  checks"]
         for r in d["results"].values():
             per_claim = sorted(x["jobs_per_claim"] for x in r["runs"])[len(r["runs"]) // 2]
             lines.append(
-                f"  {r['shape']:10s} {r['batch']:5d}  {r['variant']:16s} {r['jobs_s_median']:8,.0f}  "
+                f"  {r['shape']:10s} {r['batch']:5d}  {r['variant']:28s} {r['jobs_s_median']:8,.0f}  "
                 f"{' '.join(f'{x:,}' for x in r['jobs_s_all']):24s} {r['enqueue_jobs_s_median']:8,.0f}  "
                 f"{per_claim:10.1f}  {'ok' if r['all_ok'] else 'FAILED'}")
     elif "error" in d:
@@ -164,6 +169,12 @@ def _table(out: dict) -> str:
             lines.append(f"  {s:12,d}  skipped (time cap)")
     elif "error" in c:
         lines.append(f"\nClaim latency: {c['error']}")
+    ln = out.get("lanes", {})
+    if ln.get("results"):
+        lines += ["", "Fair claim of 25 (ms) as campaigns grow, 20,000 pending, no history",
+                  f"  {'campaigns':>10s}  {'with work':>10s}  {'p50':>6s}  {'p95':>6s}"]
+        for r in ln["results"]:
+            lines.append(f"  {r['campaigns']:10,d}  {r['lanes_with_work']:10,d}  {r['p50_ms']:6.2f}  {r['p95_ms']:6.2f}")
     p = out.get("peers")
     if p:
         lines += ["", "Peer on the same server:"]
@@ -196,7 +207,7 @@ def cli() -> int:
     args.out.write_text(json.dumps(out, indent=1, default=str) + "\n")
     print(_table(out))
     print(f"\n{out['seconds']:.0f} s in all; results in {args.out}")
-    failed = any("error" in (out.get(k) or {}) for k in ("drain", "claim"))
+    failed = any("error" in (out.get(k) or {}) for k in ("drain", "claim", "lanes"))
     return 1 if failed else 0
 
 

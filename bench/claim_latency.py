@@ -329,3 +329,53 @@ async def run(server, *, sizes: list[int], pending: int, warmup: int, samples: i
             await server.drop_database(f"skiplock_bench_claim_{size}")
     out["seconds"] = round(time.monotonic() - started, 1)
     return out
+
+
+# How the claim grows with the number of campaigns rather than with the done history:
+# (campaigns in the database, lanes with pending work). Each row: 20,000 pending jobs
+# dealt over the first `lanes` campaigns, no history, VACUUM ANALYZE, then samples.
+LANE_SHAPES = [(1_000, 1_000), (100_000, 1_000), (100_000, 20_000)]
+
+LOAD_PENDING_OVER = """
+INSERT INTO jobs (type, campaign_id, run_after, created_at)
+SELECT $1, c.ids[1 + g % $3], now() - interval '1 minute',
+       now() - interval '1 hour' + g * interval '1 millisecond'
+FROM generate_series(1, $2) AS g, (SELECT $4::uuid[] AS ids) AS c
+"""
+
+
+async def run_lanes(server, *, shapes: list[tuple[int, int]], pending: int, warmup: int,
+                    samples: int, cap: float, log=print) -> dict:
+    name = "skiplock_bench_lanes"
+    started = time.monotonic()
+    out: dict = {"pending": pending, "results": [], "plans": {}}
+    try:
+        for total, lanes in shapes:
+            if time.monotonic() - started > cap:
+                log(f"  lanes: time cap ({cap:.0f} s) reached, skipping campaigns={total:,} lanes={lanes:,}")
+                continue
+            dsn = await server.fresh_database(name)
+            conn = await connect(dsn)
+            try:
+                ids = await fixtures.campaigns(conn, total)
+                await conn.execute(LOAD_PENDING_OVER, TYPE, pending, min(lanes, total), ids)
+                await conn.execute("VACUUM ANALYZE")
+                run_id = await conn.fetchval(query("run_start"), "bench")
+
+                async def call():
+                    return len(await q.claim(conn, LEASE, run_id, 25))
+
+                r = await _sample(conn, call, warmup, samples, 30, 25)
+                r.update({"campaigns": total, "lanes_with_work": await conn.fetchval(
+                    "SELECT count(*) FROM job_lanes WHERE type = $1 AND pending > 0", TYPE)})
+                out["results"].append(r)
+                log(f"    campaigns={total:>8,} lanes with work={r['lanes_with_work']:>8,}: fair claim p50 "
+                    f"{r['p50_ms']:6.2f} ms  p95 {r['p95_ms']:6.2f} ms")
+                out["plans"][f"campaigns={total} lanes={lanes}"] = await _explain(
+                    conn, query("claim"), (TYPE, 25, run_id, LEASE.lease_seconds, LEASE.max_attempts))
+            finally:
+                await conn.close()
+    finally:
+        await server.drop_database(name)
+    out["seconds"] = round(time.monotonic() - started, 1)
+    return out

@@ -14,9 +14,13 @@ and the runs rows must add up to N.
 Shapes: `mixed` = the jobs dealt round-robin over 100 campaigns (plans cycling free,
 standard, pro) and the ownerless lane; `ownerless` = all in the ownerless lane.
 
-The `user-stage-only` variant is a diagnostic, not a headline: the same loop with
-the pipeline's own stages taken out of its stage list, to show what their empty
-claims cost per batch.
+Variants other than `loop` are diagnostics, not headlines; each changes one thing
+the engine could change, to show what it is worth (see docs/performance.md):
+  user-stage-only  the pipeline's own stages (maintenance, notify) taken out of the
+                   run's stage list: what their two empty claims per batch cost;
+  generic-plan     the pool's connections run with plan_cache_mode=force_generic_plan:
+                   what re-planning the claim on every call costs;
+  generic-plan+user-stage-only  both.
 """
 
 from __future__ import annotations
@@ -56,9 +60,12 @@ async def _reset(pool) -> None:
     await pool.execute(f"TRUNCATE {', '.join(tables)} CASCADE")
 
 
+VARIANTS = ("loop", "user-stage-only", "generic-plan", "generic-plan+user-stage-only")
+
+
 def _pipeline(pool, stage: Stage, settings, variant: str) -> Pipeline:
     p = Pipeline(pool, [stage], settings)
-    if variant == "user-stage-only":
+    if "user-stage-only" in variant:
         p.stages = [stage]
     return p
 
@@ -114,6 +121,9 @@ async def run(server, *, n: int, workers: int, batches: list[int], shapes: list[
     name = "skiplock_bench_drain"
     dsn = await server.fresh_database(name)
     pool = await create_pool(dsn, size=workers)
+    # asyncpg passes unknown DSN parameters on as server settings
+    sep = "&" if "?" in dsn else "?"
+    generic_pool = await create_pool(f"{dsn}{sep}plan_cache_mode=force_generic_plan", size=workers)
     # The budget is the sub-benchmark's cap: a run that hits it did not drain, and the
     # checks below say so.
     settings = load_settings(database_url=dsn, pipeline_budget_seconds=cap,
@@ -123,40 +133,46 @@ async def run(server, *, n: int, workers: int, batches: list[int], shapes: list[
                  "results": {}}
     plan = [(shape, batch, "loop") for shape in shapes for batch in batches]
     if diagnostics:
-        plan += [(shape, min(batches), "user-stage-only") for shape in shapes]
+        plan += [(shape, min(batches), v) for v in VARIANTS[1:] for shape in shapes]
     started = time.monotonic()
+    runs: dict[tuple, list[dict]] = {key: [] for key in plan}
     try:
         async with pool.acquire() as conn:
             campaign_ids = await fixtures.campaigns(conn, campaigns)
-        for shape, batch, variant in plan:
-            lanes = _lanes(shape, campaign_ids)
-            runs = []
-            for i in range(repeats):
+        # Repeats outermost: every setting is measured once per pass, so a noisy
+        # neighbour (this is a shared 2-core box) spreads over all of them alike.
+        for i in range(repeats):
+            for shape, batch, variant in plan:
                 left = cap - (time.monotonic() - started)
                 if left <= 5:
-                    log(f"  drain: time cap ({cap:.0f} s) reached, skipping {shape} batch={batch} {variant}")
-                    break
-                r = await _one(pool, settings, lanes, n, workers, batch, left, variant)
-                runs.append(r)
-                log(f"  drain {shape:9s} batch={batch:<3d} {variant:15s} run {i + 1}: "
+                    log(f"  drain: time cap ({cap:.0f} s) reached, skipping {shape} batch={batch} "
+                        f"{variant} run {i + 1}")
+                    continue
+                r = await _one(generic_pool if "generic-plan" in variant else pool, settings,
+                               _lanes(shape, campaign_ids), n, workers, batch, left, variant)
+                runs[(shape, batch, variant)].append(r)
+                log(f"  drain {shape:9s} batch={batch:<3d} {variant:28s} run {i + 1}: "
                     f"{r['jobs_s']:7,.0f} jobs/s  (enqueue {r['enqueue_jobs_s']:7,.0f} jobs/s)  "
                     f"{r['jobs_per_claim']:5.1f} jobs/claim  {r['runs_stopped_early']} runs stopped early"
                     + ("" if r["ok"] else "  CHECKS FAILED: " + ", ".join(
                         f"{k}={r[k]}" for k in ("done", "attempts_ne_1", "runs_jobs_done",
                                                 "stop_reasons", "errors"))))
-            if not runs:
+        for (shape, batch, variant), rs in runs.items():
+            if not rs:
                 continue
             out["results"][f"{shape} batch={batch} {variant}"] = {
-                "shape": shape, "batch": batch, "variant": variant, "lanes": len(lanes),
-                "jobs_s_median": statistics.median(r["jobs_s"] for r in runs),
-                "jobs_s_all": [round(r["jobs_s"]) for r in runs],
-                "enqueue_jobs_s_median": statistics.median(r["enqueue_jobs_s"] for r in runs),
-                "enqueue_jobs_s_all": [round(r["enqueue_jobs_s"]) for r in runs],
-                "all_ok": all(r["ok"] for r in runs),
-                "runs": runs,
+                "shape": shape, "batch": batch, "variant": variant,
+                "lanes": len(_lanes(shape, campaign_ids)),
+                "jobs_s_median": statistics.median(r["jobs_s"] for r in rs),
+                "jobs_s_all": [round(r["jobs_s"]) for r in rs],
+                "enqueue_jobs_s_median": statistics.median(r["enqueue_jobs_s"] for r in rs),
+                "enqueue_jobs_s_all": [round(r["enqueue_jobs_s"]) for r in rs],
+                "all_ok": all(r["ok"] for r in rs),
+                "runs": rs,
             }
     finally:
         await pool.close()
+        await generic_pool.close()
         await server.drop_database(name)
     out["seconds"] = round(time.monotonic() - started, 1)
     return out
