@@ -14,6 +14,7 @@ import pytest
 from serving_kit import AUTH, Recorder, assert_error, make_settings
 
 from app.engine import jobs as q
+from app.engine.queries import query
 from tests import factories as f
 
 LIST_ROUTES = ["/jobs", "/runs"]
@@ -212,3 +213,22 @@ async def test_every_route_refuses_unknown_query_parameters(make_client):
             assert "'bogus'" in error["message"], (method, path)
             checked += 1
     assert checked >= 13
+
+
+async def test_a_deep_page_reads_the_index_not_the_table(pool):
+    """The keyset is one row comparison that is never NULL, so even a generic plan walks
+    jobs_listing_idx from the cursor: no sort, no scan of the newer rows."""
+    await pool.execute("""INSERT INTO jobs (type, status, created_at, finished_at)
+        SELECT 't', 'done', now() - make_interval(secs => g), now() FROM generate_series(1, 5000) g""")
+    await pool.execute("ANALYZE jobs")
+    at, last_id = await pool.fetchrow("SELECT created_at, id FROM jobs ORDER BY created_at DESC OFFSET 4000 LIMIT 1")
+    async with pool.acquire() as conn:
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        try:
+            plan = "\n".join(r[0] for r in await conn.fetch(
+                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + query("jobs_list"), "done", "t", None, None, at, last_id, 51))
+        finally:
+            await conn.execute("RESET plan_cache_mode")
+    assert "Index Scan Backward using jobs_listing_idx" in plan, plan
+    assert "Sort" not in plan, plan
+    assert "rows=51" in plan, plan
