@@ -33,12 +33,15 @@ def _json(body: dict[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-async def cached_json(request: Request, build: Callable[[], Awaitable[dict[str, Any]]]) -> Response:
+async def cached_json(request: Request, build: Callable[[], Awaitable[dict[str, Any]]],
+                      path: str | None = None) -> Response:
+    """`path`: the resource's canonical path (as `forget` will name it), when the URL may
+    spell it otherwise (an upper-case UUID, say)."""
     gate = gate_of(request.app)
     seconds = request.app.state.runtime.settings.cache_seconds
     if not gate.configured or seconds <= 0:
         return Response(_json(await build()), media_type="application/json")
-    key = cache_key(request.url.path, list(request.query_params.multi_items()))
+    key = cache_key(path or request.url.path, list(request.query_params.multi_items()))
     if "no-cache" not in request.headers.get("cache-control", "").lower():
         hit = await gate.run(lambda r: r.get(key), None)
         if hit is not None:

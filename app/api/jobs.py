@@ -162,7 +162,7 @@ async def get_job(job_id: uuid.UUID, request: Request) -> Response:
             raise ApiError(404, "not_found", f"no job {job_id}")
         return job_json(row)
 
-    return await cached_json(request, build)
+    return await cached_json(request, build, path=f"/jobs/{job_id}")
 
 
 @router.post("/jobs", status_code=201, response_model=JobCreated, summary="Enqueue a job",
@@ -170,6 +170,8 @@ async def get_job(job_id: uuid.UUID, request: Request) -> Response:
              responses={201: {"headers": {"Location": LOCATION}},
                         200: {"model": JobCreated, "headers": {"Location": LOCATION},
                               "description": "an open job already had this dedupe_key: that job, created false"},
+                        409: {"description": "conflict: the open job holding the dedupe_key kept finishing "
+                                             "between the insert and the read; send the request again"},
                         422: {"description": "unknown_job_type (the message names the known types), "
                                              "unknown_campaign, or a malformed body"}})
 async def create_job(body: JobIn, request: Request) -> JSONResponse:
