@@ -32,7 +32,7 @@ TARGET_RATIO_10M = 1.5      # p95 at 10M / p95 at 10k
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", choices=["drain", "claim", "lanes"], help="run one part only")
+    p.add_argument("--only", choices=["drain", "claim", "lanes", "peers"], help="run one part only")
     p.add_argument("--n", type=int, default=20_000, help="jobs per drain (default 20000)")
     p.add_argument("--workers", type=int, default=10, help="overlapping pipeline runs (default 10)")
     p.add_argument("--batches", type=int, nargs="+", default=[25, 50, 100], help="stage batch sizes")
@@ -84,6 +84,13 @@ async def main(args) -> dict:
                 server, n=args.n, workers=args.workers, batches=args.batches, shapes=args.shapes,
                 repeats=args.repeats, cap=args.drain_cap, campaigns=100,
                 diagnostics=not args.no_diagnostics, log=_log))
+        if args.only in (None, "drain") and not args.no_diagnostics:
+            _log("\n[1b] one batch, statement by statement (one connection, median of 300)")
+            out["statements"] = await _guard(drain.statement_costs(
+                server, campaigns=100, n=args.n, calls=300, log=_log))
+        if args.only in (None, "drain") and not args.no_diagnostics:
+            _log("\n[1c] two claims at once, the first holding the top lane's last jobs")
+            out["overlap"] = await _guard(drain.overlap_check(server, log=_log))
         if args.only in (None, "claim"):
             _log(f"\n[2] fair claim of 25: done rows {', '.join(f'{s:,}' for s in args.sizes)}")
             out["claim"] = await _guard(claim_latency.run(
@@ -95,7 +102,7 @@ async def main(args) -> dict:
             out["lanes"] = await _guard(claim_latency.run_lanes(
                 server, shapes=claim_latency.LANE_SHAPES, pending=20_000, warmup=20,
                 samples=min(args.samples, 100), cap=90, log=_log))
-        if args.peers:
+        if args.peers or args.only == "peers":
             _log("\n[4] peer: pgqueuer 1.6.0 on the same server")
             out["peers"] = await _guard(peers.run(
                 server, peers_dir=args.peers_dir, variants=["unlimited", "ep10"], n=args.n,
@@ -120,7 +127,8 @@ def _targets(out: dict) -> dict:
     d = out.get("drain", {}).get("results", {})
     head = d.get("mixed batch=25 loop") or next(iter(d.values()), None)
     if head:
-        t["drain_jobs_s"] = {"target": f">= {TARGET_DRAIN:,}", "value": round(head["jobs_s_median"]),
+        t["drain_jobs_s"] = {"target": f">= {TARGET_DRAIN:,} ({head['shape']}, batch {head['batch']})",
+                             "value": round(head["jobs_s_median"]),
                              "setting": f"{head['shape']} batch={head['batch']}",
                              "met": head["jobs_s_median"] >= TARGET_DRAIN and head["all_ok"]}
     c = out.get("claim", {}).get("results", {})
@@ -153,6 +161,18 @@ def _table(out: dict) -> str:
                 f"{per_claim:10.1f}  {'ok' if r['all_ok'] else 'FAILED'}")
     elif "error" in d:
         lines.append(f"\nDrain: {d['error']}")
+    st = out.get("statements", {})
+    if st.get("results"):
+        lines += ["", "One batch, statement by statement, one connection (median ms): default plan caching / forced generic plan"]
+        for shape, r in st["results"].items():
+            lines.append(f"  {shape:10s} claim 25 {r['claim 25 (default)']:.2f} / {r['claim 25 (generic)']:.2f}"
+                         f"   empty claim {r['empty claim (default)']:.2f} / {r['empty claim (generic)']:.2f}"
+                         f"   complete 25 {r['complete 25 (default)']:.2f} / {r['complete 25 (generic)']:.2f}")
+    ov = out.get("overlap", {})
+    if "claim_b" in ov:
+        lines += ["", f"Two claims at once: A holds the pro lane's last {ov['claim_a']} jobs, B gets "
+                      f"{ov['claim_b']} with {ov['ready_in_other_lanes']:,} ready in other lanes: "
+                      f"{'ok' if ov['ok'] else 'B starved (its run would stop with no_work)'}"]
     c = out.get("claim", {})
     if c.get("results"):
         lines += ["", f"Fair claim of 25 (ms), {c['pending']:,} pending over {c['campaigns']:,} campaigns, "

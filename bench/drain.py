@@ -176,3 +176,91 @@ async def run(server, *, n: int, workers: int, batches: list[int], shapes: list[
         await server.drop_database(name)
     out["seconds"] = round(time.monotonic() - started, 1)
     return out
+
+
+async def statement_costs(server, *, campaigns: int, n: int, calls: int, log=print) -> dict:
+    """What one batch costs the database, statement by statement, on one connection with
+    no concurrency: the claim of 25, an empty claim (what each of the pipeline's own
+    stages costs when it has nothing, after every batch), the completion of 25. Each
+    with PostgreSQL's default plan caching and with plan_cache_mode=force_generic_plan,
+    interleaved call by call."""
+    from app.engine.db import connect
+    from app.engine.jobs import Lease
+    from app.engine.queries import query
+
+    name = "skiplock_bench_statements"
+    dsn = await server.fresh_database(name)
+    conns = {"default": await connect(dsn), "generic": await connect(dsn)}
+    await conns["generic"].execute("SET plan_cache_mode = force_generic_plan")
+    out: dict = {"calls": calls, "results": {}}
+    try:
+        conn = conns["default"]
+        campaign_ids = await fixtures.campaigns(conn, campaigns)
+        lease, empty = Lease(TYPE, 300, 3), Lease("maintenance", 600, 3)
+        for shape in ("mixed", "ownerless"):
+            await _reset(conn)
+            lanes = _lanes(shape, campaign_ids)
+            await q.enqueue_many(conn, [NewJob(type=TYPE, campaign_id=lanes[i % len(lanes)])
+                                        for i in range(n)])
+            await conn.execute("VACUUM ANALYZE jobs, job_lanes, job_lane_hours")
+            run_id = await conn.fetchval(query("run_start"), "bench")
+            t: dict[str, list[float]] = {}
+            for _ in range(calls):
+                for mode, c in conns.items():
+                    a = time.perf_counter()
+                    got = await q.claim(c, lease, run_id, 25)
+                    b = time.perf_counter()
+                    await q.complete(c, run_id, [j.id for j in got])
+                    d = time.perf_counter()
+                    await q.claim(c, empty, run_id, 4)
+                    e = time.perf_counter()
+                    t.setdefault(f"claim 25 ({mode})", []).append(b - a)
+                    t.setdefault(f"complete 25 ({mode})", []).append(d - b)
+                    t.setdefault(f"empty claim ({mode})", []).append(e - d)
+            res = {k: round(statistics.median(v) * 1000, 3) for k, v in t.items()}
+            out["results"][shape] = res
+            log(f"  {shape:9s} median ms: " + ", ".join(f"{k} {v:.2f}" for k, v in res.items()))
+    finally:
+        for c in conns.values():
+            await c.close()
+        await server.drop_database(name)
+    return out
+
+
+async def overlap_check(server, log=print) -> dict:
+    """Two claims at the same moment. A pro campaign has 25 ready jobs, a standard and a
+    free campaign 1,000 each. Claim A takes the 25 pro jobs and has not committed yet
+    when claim B runs. B should get 25 jobs of the next lanes; if it gets none, its
+    run stops with `no_work` while 2,000 jobs are ready (what `runs stopped early` in
+    the mixed drains counts)."""
+    from app.engine.db import connect
+    from app.engine.jobs import Lease
+    from app.engine.queries import query
+
+    name = "skiplock_bench_overlap"
+    dsn = await server.fresh_database(name)
+    a, b = await connect(dsn), await connect(dsn)
+    try:
+        free, standard, pro = await fixtures.campaigns(a, 3)  # plans cycle free, standard, pro
+        for campaign, count in ((pro, 25), (standard, 1000), (free, 1000)):
+            await q.enqueue_many(a, [NewJob(type="t", campaign_id=campaign) for _ in range(count)])
+        run_a = await a.fetchval(query("run_start"), "bench")
+        run_b = await b.fetchval(query("run_start"), "bench")
+        lease = Lease("t", 300, 3)
+        tr = a.transaction()
+        await tr.start()
+        got_a = await q.claim(a, lease, run_a, 25)
+        got_b = await q.claim(b, lease, run_b, 25)
+        ready = await b.fetchval(
+            "SELECT count(*) FROM jobs WHERE status = 'pending' AND run_after <= now() "
+            "AND campaign_id <> $1", pro)
+        await tr.rollback()
+    finally:
+        await a.close()
+        await b.close()
+        await server.drop_database(name)
+    out = {"claim_a": len(got_a), "claim_b": len(got_b), "ready_in_other_lanes": ready,
+           "ok": len(got_b) == 25}
+    log(f"  claim A took {len(got_a)} pro jobs (uncommitted); claim B then got {len(got_b)} "
+        f"with {ready:,} jobs ready in other lanes: {'ok' if out['ok'] else 'B was starved'}")
+    return out
