@@ -13,13 +13,17 @@ async def campaigns(conn, n: int) -> list[uuid.UUID]:
     plans = list(PLANS)
     users = [uuid.uuid4() for _ in range(n)]
     ids = [uuid.uuid4() for _ in range(n)]
-    await conn.execute(
-        "INSERT INTO users (id, email) SELECT u, 'bench-' || u || '@example.invalid' "
-        "FROM unnest($1::uuid[]) AS u", users)
-    await conn.execute(
-        "INSERT INTO subscriptions (user_id, plan) SELECT * FROM unnest($1::uuid[], $2::text[])",
-        users, [plans[i % len(plans)] for i in range(n)])
-    await conn.execute(
-        "INSERT INTO campaigns (id, user_id, name) "
-        "SELECT c, u, 'bench' FROM unnest($1::uuid[], $2::uuid[]) AS x(c, u)", ids, users)
+    async with conn.transaction():
+        # the audit trigger on accounts wants to know who acts (ignored where there is none)
+        await conn.execute("SELECT set_config('app.current_actor_kind', 'system', true), "
+                           "set_config('app.current_actor_id', 'bench', true)")
+        await conn.execute(
+            "INSERT INTO users (id, email) SELECT u, 'bench-' || u || '@example.invalid' "
+            "FROM unnest($1::uuid[]) AS u", users)
+        await conn.execute(
+            "INSERT INTO subscriptions (user_id, plan) SELECT * FROM unnest($1::uuid[], $2::text[])",
+            users, [plans[i % len(plans)] for i in range(n)])
+        await conn.execute(
+            "INSERT INTO campaigns (id, user_id, name) "
+            "SELECT c, u, 'bench' FROM unnest($1::uuid[], $2::uuid[]) AS x(c, u)", ids, users)
     return ids
