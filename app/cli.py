@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 import asyncpg
 
+from app import cli_accounts
 from app.engine import jobs as q
 from app.engine.db import connect, create_pool
 from app.engine.migrate import migrate
@@ -24,6 +25,10 @@ from app.settings import Settings, SettingsError, get_settings
 
 class CliError(Exception):
     pass
+
+
+def _fail(message: str):
+    raise CliError(message)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     k = sub.add_parser("contacts", help="the contacts a campaign's pipeline found, as a table")
     k.add_argument("campaign_id", help="the campaign id (a uuid)")
     k.add_argument("--drafts", action="store_true", help="print each contact's drafted message too")
+    cli_accounts.add_parsers(sub)
     return p
 
 
@@ -208,6 +214,8 @@ async def _main(args) -> int:
         print(json.dumps(await _campaign_add(args, settings, dsn)))
     elif args.command == "contacts":
         print(await _contacts(args, dsn))
+    elif args.command in ("user", "key"):
+        print(await cli_accounts.run(args, dsn, _fail))
     elif args.command == "run-once":
         result = await _run_once(args, settings, dsn)
         print(json.dumps(result, indent=2))

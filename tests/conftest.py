@@ -79,3 +79,15 @@ async def clean(request):
         "WHERE schemaname = 'public' AND tablename <> 'schema_migrations'")
     await p.execute(f"TRUNCATE {tables} CASCADE")
     yield
+
+
+@pytest.fixture
+async def admin_key(pool) -> str:
+    """An admin API key (it sees every tenant), made after the tables were emptied."""
+    from tests.factories import api_key
+    return await api_key(pool, "admin@example.com", admin=True, plan="pro")
+
+
+@pytest.fixture
+def admin_headers(admin_key) -> dict[str, str]:
+    return {"Authorization": f"Bearer {admin_key}"}

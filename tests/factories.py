@@ -5,23 +5,42 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta, timezone
 
+from app.engine import accounts
 from app.engine import jobs as q
 from app.engine.jobs import Lease, NewJob
 from app.engine.runs import start_run
+from app.engine.tenancy import Actor, act_as
+
+TEST_ACTOR = Actor("system", "tests")
+
+
+async def as_system(db, sql: str, *args):
+    """Run one audited write (users, plans, campaigns, keys) as the actor `system`."""
+    async with db.acquire() as conn, conn.transaction():
+        await act_as(conn, TEST_ACTOR)
+        return await conn.fetchval(sql, *args)
 
 
 async def user(db, plan: str | None = "free", email: str | None = None) -> uuid.UUID:
-    uid = await db.fetchval("INSERT INTO users (email) VALUES ($1) RETURNING id",
-                            email or f"{uuid.uuid4().hex[:8]}@example.com")
+    uid = await as_system(db, "INSERT INTO users (email) VALUES ($1) RETURNING id",
+                          email or f"{uuid.uuid4().hex[:8]}@example.com")
     if plan:
-        await db.execute("INSERT INTO subscriptions (user_id, plan) VALUES ($1, $2)", uid, plan)
+        await as_system(db, "INSERT INTO subscriptions (user_id, plan) VALUES ($1, $2)", uid, plan)
     return uid
 
 
 async def campaign(db, owner: uuid.UUID | None = None, status: str = "active", name: str = "") -> uuid.UUID:
-    return await db.fetchval(
-        "INSERT INTO campaigns (user_id, status, name) VALUES ($1, $2, $3) RETURNING id",
+    return await as_system(
+        db, "INSERT INTO campaigns (user_id, status, name) VALUES ($1, $2, $3) RETURNING id",
         owner, status, name)
+
+
+async def api_key(db, email: str, admin: bool = False, plan: str = "free") -> str:
+    """A user (created when new) with a fresh API key; returns the key."""
+    async with db.acquire() as conn, conn.transaction():
+        await act_as(conn, TEST_ACTOR)
+        await accounts.add_user(conn, email, plan)
+        return (await accounts.create_key(conn, email, admin)).key
 
 
 async def jobs(db, type_: str, n: int, campaign_id=None, start: datetime | None = None, **kw) -> list[uuid.UUID]:

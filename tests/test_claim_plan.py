@@ -18,6 +18,7 @@ def walk(node):
 
 async def load_history(pool):
     await pool.execute("""
+        SELECT set_config('app.current_actor_kind', 'system', true);
         INSERT INTO users (email) SELECT 'u' || g || '@example.com' FROM generate_series(1, 50) g;
         INSERT INTO subscriptions (user_id, plan)
             SELECT id, (ARRAY['free', 'standard', 'pro'])[1 + (row_number() OVER ()) % 3] FROM users;

@@ -36,7 +36,7 @@ async def test_paused_campaign_is_not_claimed_until_resumed(pool):
     await f.jobs(pool, "t", 3, campaign_id=paused)
     run_id = await f.run(pool)
     assert await q.claim(pool, f.lease(), run_id, 10) == []
-    await pool.execute("UPDATE campaigns SET status = 'active' WHERE id = $1", paused)
+    await f.as_system(pool, "UPDATE campaigns SET status = 'active' WHERE id = $1", paused)
     assert len(await q.claim(pool, f.lease(), run_id, 10)) == 3
 
 

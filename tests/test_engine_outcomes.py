@@ -45,7 +45,7 @@ async def test_bulk_enqueue_dedupes_within_the_call_and_against_open_jobs(pool):
 async def test_plain_insert_from_any_client_is_claimable(pool):
     await pool.execute("INSERT INTO jobs (type, payload, dedupe_key) VALUES ('t', '{\"x\": 1}', 'p')")
     await pool.execute("INSERT INTO jobs (type, payload, dedupe_key) VALUES ('t', '{}', 'p') "
-                       "ON CONFLICT (dedupe_key) WHERE status IN ('pending', 'running') DO NOTHING")
+                       "ON CONFLICT (lane, dedupe_key) WHERE status IN ('pending', 'running') DO NOTHING")
     [job] = await q.claim(pool, f.lease(), await f.run(pool), 5)
     assert job.payload == {"x": 1}
 
@@ -129,7 +129,7 @@ async def test_a_failing_gave_up_hook_leaves_the_job_for_the_next_sweep(pool):
 
     async def flaky_refund(job, ctx):
         calls.append(job.id)
-        await ctx.db.execute("UPDATE users SET email = email")  # work that must roll back too
+        await ctx.db.execute("UPDATE runs SET summary = summary")  # work that must roll back too
         if len(calls) == 1:
             raise RuntimeError("payments API down")
 

@@ -91,7 +91,7 @@ async def test_a_job_failing_for_good_notifies_the_owners_own_url(pool):
 
     with Receiver() as account_hook, Receiver() as global_hook:
         owner = await f.user(pool, "free")
-        await pool.execute("UPDATE users SET webhook_url = $2 WHERE id = $1", owner, account_hook.url)
+        await f.as_system(pool, "UPDATE users SET webhook_url = $2 WHERE id = $1", owner, account_hook.url)
         c = await f.campaign(pool, owner)
         [job_id] = await f.jobs(pool, "t", 1, campaign_id=c)
         s = settings(webhook_url=global_hook.url, webhook_secret=SECRET)

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.api.deps import pool_of
 from app.api.errors import ApiError
 from app.api.params import only_params
 from app.engine import batches as engine
@@ -68,10 +69,6 @@ class BatchOut(BaseModel):
     children: list[BatchJobOut]
 
 
-def _pool(request: Request):
-    return request.app.state.runtime.pool()
-
-
 def _known_types(request: Request) -> list[str]:
     return [s.type for s in request.app.state.runtime.stages]
 
@@ -91,7 +88,7 @@ async def create_batch(campaign_id: uuid.UUID, body: BatchIn, request: Request):
                        {"unknown": unknown, "known": known})
     try:
         outcome = await engine.create_batch(
-            await _pool(request), campaign_id,
+            await pool_of(request), campaign_id,
             [BatchRequest(j.type, j.payload, j.total) for j in body.jobs])
     except CampaignNotFound:
         raise ApiError(404, "not_found", f"no campaign {campaign_id}") from None
@@ -114,7 +111,7 @@ def _iso(value) -> str | None:
             responses={404: {"description": "no such batch"}})
 async def get_batch(batch_id: uuid.UUID, request: Request) -> dict[str, Any]:
     """Status, counts by job status and summed progress: enough to draw a progress bar."""
-    pool = await _pool(request)
+    pool = await pool_of(request)
     row = await engine.get_batch(pool, batch_id)
     if row is None:
         raise ApiError(404, "not_found", f"no batch {batch_id}")
@@ -134,7 +131,7 @@ async def get_batch(batch_id: uuid.UUID, request: Request) -> dict[str, Any]:
              responses={404: {"description": "no such batch"}, 409: {"description": "already finished"}})
 async def cancel_batch(batch_id: uuid.UUID, request: Request) -> dict[str, Any]:
     """Stop an open batch: unstarted jobs are cancelled, running ones finish."""
-    pool = await _pool(request)
+    pool = await pool_of(request)
     cancelled, jobs = await engine.cancel_batch(pool, batch_id)
     if not cancelled:
         row = await engine.get_batch(pool, batch_id)

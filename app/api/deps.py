@@ -1,5 +1,5 @@
-"""What the read and write routes share: the pool (a 503 when the database is not
-there) and the job types a runtime knows."""
+"""What the read and write routes share: the database (a 503 when it is not there) and
+the job types a runtime knows."""
 
 from __future__ import annotations
 
@@ -13,6 +13,16 @@ from app.pipeline.notifications import NOTIFY_TYPE
 
 
 async def pool_of(request: Request) -> asyncpg.Pool:
+    """The request's database: its tenant transaction on tenant routes (see auth.py),
+    the pool itself elsewhere."""
+    db = getattr(request.state, "db", None)
+    if db is not None:
+        return db
+    return await owner_pool_of(request)
+
+
+async def owner_pool_of(request: Request) -> asyncpg.Pool:
+    """The pool, as the connection's own role (not filtered by tenant)."""
     try:
         return await request.app.state.runtime.pool()
     except DatabaseNotConfigured as exc:

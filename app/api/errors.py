@@ -125,7 +125,15 @@ class CatchAll:
             await response(scope, receive, send)
 
 
+async def _not_allowed(request: Request, exc: Exception) -> JSONResponse:
+    """Row-level security refused a write (a row of another tenant, or ownerless work
+    for a tenant key): the key may not do this."""
+    return error_response(403, "forbidden", "this API key may not change that: it belongs to another "
+                                            "account, or only an admin key may")
+
+
 def install(app: FastAPI) -> None:
+    app.add_exception_handler(asyncpg.InsufficientPrivilegeError, _not_allowed)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     for exc_class in DATABASE_GONE:

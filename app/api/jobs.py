@@ -183,6 +183,10 @@ async def create_job(body: JobIn, request: Request) -> JSONResponse:
                        f"unknown job type {body.type[:100]!r}; the stages are: {', '.join(known)}",
                        {"unknown": [body.type], "known": known})
     pool = await pool_of(request)
+    if body.campaign_id is not None and await job_admin.get_campaign_ref(pool, body.campaign_id) is None:
+        # not there, or another tenant's (row-level security hides it): the same answer
+        raise ApiError(422, "unknown_campaign", f"no campaign {body.campaign_id}",
+                       {"campaign_id": str(body.campaign_id)})
     new = NewJob(type=body.type, payload=body.payload, dedupe_key=body.dedupe_key,
                  campaign_id=body.campaign_id, run_after=body.run_after)
     for _ in range(5):
@@ -199,7 +203,7 @@ async def create_job(body: JobIn, request: Request) -> JSONResponse:
                                 headers={"Location": f"/jobs/{job_id}"})
         # the dedupe key is held by an open job: that one is the answer (if it finished
         # in between, the key is free again and the insert goes through next time)
-        row = await job_admin.open_job_by_dedupe_key(pool, body.dedupe_key)
+        row = await job_admin.open_job_by_dedupe_key(pool, body.dedupe_key, body.campaign_id)
         if row is not None:
             return JSONResponse({"created": False, "job": job_json(row)}, status_code=200,
                                 headers={"Location": f"/jobs/{row['id']}"})
@@ -225,7 +229,7 @@ async def retry_job(job_id: uuid.UUID, request: Request) -> JSONResponse:
         row = await job_admin.retry_job(pool, job_id)
     except job_admin.DedupeKeyTaken:
         current = await _current(pool, job_id)
-        holder = await job_admin.open_job_by_dedupe_key(pool, current["dedupe_key"])
+        holder = await job_admin.open_job_by_dedupe_key(pool, current["dedupe_key"], current["campaign_id"])
         raise ApiError(409, "dedupe_key_taken",
                        f"another open job ({holder['id'] if holder else 'unknown'}) has this job's dedupe key "
                        f"{current['dedupe_key']!r}; retry this one when that one has finished",

@@ -16,7 +16,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import batches, campaigns, cron, errors, health, jobs, openapi, runs
+from app.api import audit, batches, campaigns, cron, errors, health, jobs, openapi, runs
+from app.api.auth import TENANT
 from app.api.idempotency import Idempotency
 from app.api.ratelimit import RateLimit
 from app.api.redis_gate import RedisGate
@@ -45,9 +46,8 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
     errors.install(app)  # last, so its catch-all is the outermost middleware
     app.include_router(cron.router)
     app.include_router(health.router)
-    app.include_router(jobs.router)
-    app.include_router(runs.router)
-    app.include_router(batches.router)
-    app.include_router(campaigns.router)
+    # Tenant routes: an API key, and row-level security in a transaction per request.
+    for router in (jobs.router, runs.router, batches.router, campaigns.router, audit.router):
+        app.include_router(router, dependencies=[TENANT])
     openapi.install(app, runtime)
     return app

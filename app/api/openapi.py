@@ -75,6 +75,10 @@ def _add_error(responses: dict[str, Any], status: str, description: str) -> None
         responses[status] = {"description": description}
 
 
+# The routes that need an API key and see only the key's tenant (auth.py).
+TENANT_PREFIXES = ("/campaigns", "/batches", "/jobs", "/runs", "/audit")
+
+
 def _complete_operation(path: str, method: str, op: dict[str, Any], settings: Settings) -> None:
     responses = op.setdefault("responses", {})
     health = path.startswith(UNLIMITED_PREFIXES)
@@ -87,6 +91,12 @@ def _complete_operation(path: str, method: str, op: dict[str, Any], settings: Se
         responses["429"].setdefault("headers", {}).update(RETRY_AFTER)
     if op.get("parameters") or op.get("requestBody"):
         _add_error(responses, "422", "invalid_request: a path parameter or the body is malformed")
+    if path.startswith(TENANT_PREFIXES):
+        op["security"] = [{"apiKey": []}]
+        _add_error(responses, "401", "unauthorized: missing, unknown, revoked or malformed "
+                                     "Authorization: Bearer <API key>")
+        _add_error(responses, "403", "forbidden: the key may not do this (another account's row, "
+                                     "or an admin-only route)")
     if path == TRIGGER_PATH:
         op["security"] = [{"cronSecret": []}]
         for param in op.get("parameters", []):
@@ -138,6 +148,10 @@ def build_openapi(app: FastAPI, runtime: Runtime) -> dict[str, Any]:
             prop["enum"] = types["enqueueable"]
     components.setdefault("securitySchemes", {})["cronSecret"] = {
         "type": "http", "scheme": "bearer", "description": "CRON_SECRET"}
+    components["securitySchemes"]["apiKey"] = {
+        "type": "http", "scheme": "bearer",
+        "description": "an API key (slk_...): python -m app key create EMAIL; it sees its owner's rows, "
+                       "an admin key every tenant's"}
     for path, item in schema.get("paths", {}).items():
         for method, op in item.items():
             if isinstance(op, dict) and "responses" in op:

@@ -33,8 +33,9 @@ async def get_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
     return await db.fetchrow(query("job_get"), job_id)
 
 
-async def open_job_by_dedupe_key(db, dedupe_key: str) -> asyncpg.Record | None:
-    return await db.fetchrow(query("job_open_by_dedupe"), dedupe_key)
+async def open_job_by_dedupe_key(db, dedupe_key: str, campaign_id: uuid.UUID | None) -> asyncpg.Record | None:
+    """Dedupe keys are unique per lane (the campaign, or ownerless work)."""
+    return await db.fetchrow(query("job_open_by_dedupe"), dedupe_key, campaign_id)
 
 
 async def cancel_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
@@ -50,6 +51,13 @@ async def retry_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
     """The job, now pending with attempts reset; None when it had not failed (or does not
     exist). Raises DedupeKeyTaken when another open job has its dedupe key."""
     try:
-        return await db.fetchrow(query("job_retry"), job_id)
+        # its own (sub)transaction: a refused retry must not spoil the caller's transaction
+        async with db.acquire() as conn, conn.transaction():
+            return await conn.fetchrow(query("job_retry"), job_id)
     except asyncpg.UniqueViolationError:
         raise DedupeKeyTaken(job_id) from None
+
+
+async def get_campaign_ref(db, campaign_id: uuid.UUID) -> uuid.UUID | None:
+    """The campaign's id if the caller can see it (under row-level security: its own)."""
+    return await db.fetchval(query("campaign_visible"), campaign_id)

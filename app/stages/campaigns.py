@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from app.engine import campaigns as store
 from app.engine import jobs as q
+from app.engine.tenancy import act_as_default
 from app.plans import PLANS
 from app.stages.brief import brief_job
 from app.stages.urls import BadUrl, normalize_url
@@ -49,6 +50,7 @@ def check_url(url: str) -> str:
 async def add_campaign_in(conn, url: str, *, owner: str, plan: str | None = None) -> dict[str, Any]:
     """add_campaign inside the caller's transaction."""
     url, email, plan = check_url(url), check_email(owner), check_plan(plan)
+    await act_as_default(conn)  # the audit log's actor: the caller's if named, else the system
     try:
         owner_id, plan_name = await store.ensure_owner(conn, email, plan)
     except store.PlanConflict as exc:

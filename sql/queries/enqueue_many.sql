@@ -5,5 +5,5 @@ SELECT u.type, coalesce(u.payload, '{}'), u.dedupe_key, u.campaign_id, coalesce(
        u.batch_id, u.total
 FROM unnest($1::text[], $2::jsonb[], $3::text[], $4::uuid[], $5::timestamptz[], $6::uuid[], $7::int[])
      AS u(type, payload, dedupe_key, campaign_id, run_after, batch_id, total)
-ON CONFLICT (dedupe_key) WHERE status IN ('pending', 'running') DO NOTHING
+ON CONFLICT (lane, dedupe_key) WHERE status IN ('pending', 'running') DO NOTHING
 RETURNING id, type

@@ -1,5 +1,7 @@
--- The open job holding dedupe key $1 (what made an enqueue a no-op), if it is still open.
+-- The open job holding dedupe key $1 in campaign $2's lane (NULL: ownerless work), the one
+-- that made an enqueue a no-op, if it is still open.
 SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
        run_id, batch_id, campaign_id, total, progress, created_at, finished_at
 FROM jobs
-WHERE dedupe_key = $1 AND status IN ('pending', 'running')
+WHERE lane = coalesce($2::uuid, '00000000-0000-0000-0000-000000000000'::uuid)
+  AND dedupe_key = $1 AND status IN ('pending', 'running')

@@ -20,20 +20,24 @@ def recorder() -> Recorder:
 
 
 @pytest.fixture
-async def make_client(dsn):
+async def make_client(dsn, admin_headers):
     """make(settings=None, stages=None, via="asgi"|"uvicorn") -> httpx.AsyncClient on the app."""
     made = []
     servers = []
 
     async def make(settings: Settings | None = None, stages: list[Stage] | None = None,
-                   via: str = "asgi") -> httpx.AsyncClient:
+                   via: str = "asgi", api_key: bool = True) -> httpx.AsyncClient:
+        """api_key: send an admin API key by default (the tenant routes need one)."""
+        headers = admin_headers if api_key else None
         app = create_app(settings or make_settings(dsn), stages)
         if via == "asgi":
-            client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://skiplock.test")
+            client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://skiplock.test",
+                                       headers=headers)
         else:
             server, task, sock = await start_uvicorn(app)
             servers.append((server, task, sock))
-            client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}", timeout=30)
+            client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}", timeout=30,
+                                       headers=headers)
         made.append((app, client))
         return client
 

@@ -15,6 +15,15 @@ RUN_KEYS = {"runId", "trigger", "stopReason", "jobsDone", "jobsFailed", "jobsDef
             "summary", "error", "startedAt", "finishedAt", "budgetSeconds"}
 
 
+@pytest.fixture
+def make_client(make_client):
+    """The cron route has its own secret: these clients send no API key unless asked."""
+    async def make(*args, **kw):
+        kw.setdefault("api_key", False)
+        return await make_client(*args, **kw)
+    return make
+
+
 @pytest.mark.parametrize("headers, why", [
     ({}, "missing header"),
     ({"Authorization": "Bearer not-the-secret"}, "wrong cron secret"),

@@ -8,7 +8,7 @@ import uuid
 
 from serving_kit import AUTH, Recorder, assert_error, make_settings
 
-from app.api.idempotency import fingerprint
+from app.api.idempotency import fingerprint, scoped_key
 from app.engine import idempotency as store
 from app.pipeline.maintenance import RECURRING, expire_idempotency_keys
 from tests import factories as f
@@ -95,24 +95,29 @@ async def test_concurrent_pipeline_triggers_with_one_key_run_once(make_client, p
     assert len(recorder.seen) == 3
 
 
+def stored_key(client, key: str) -> str:
+    """How the key is stored for requests carrying this client's Authorization header."""
+    return scoped_key(key, {"headers": [(b"authorization", client.headers["authorization"].encode())]})
+
+
 async def test_a_request_still_in_progress_makes_the_next_one_wait_then_409(make_client, pool, dsn):
     client = await make_client(make_settings(dsn, idempotency_wait_seconds=0.3), stages=[Recorder("record").stage])
-    k = "held-by-someone"
+    k = stored_key(client, "held-by-someone")
     fp = fingerprint("POST", "/jobs", b"", b'{"type":"record"}')
     assert await store.claim(pool, k, "POST", "/jobs", fp) is not None
-    error = assert_error(await client.post("/jobs", json={"type": "record"}, headers={"Idempotency-Key": k}),
+    error = assert_error(await client.post("/jobs", json={"type": "record"}, headers={"Idempotency-Key": k.split(":")[-1]}),
                          409, "idempotency_in_progress")
     assert "still in progress" in error["message"]
     # a holder that died (held longer than any request lives) is taken over
     await pool.execute("UPDATE idempotency_keys SET claimed_at = now() - interval '1 hour' WHERE key = $1", k)
-    taken = await client.post("/jobs", json={"type": "record"}, headers={"Idempotency-Key": k})
+    taken = await client.post("/jobs", json={"type": "record"}, headers={"Idempotency-Key": k.split(":")[-1]})
     assert taken.status_code == 201
     assert await pool.fetchval("SELECT status FROM idempotency_keys WHERE key = $1", k) == 201
 
 
 async def test_the_waiting_request_gets_the_first_answer_when_it_comes(make_client, pool, dsn):
     client = await make_client(make_settings(dsn, idempotency_wait_seconds=5), stages=[Recorder("record").stage])
-    k = "slow-first"
+    k = stored_key(client, "slow-first")
     fp = fingerprint("POST", "/jobs", b"", b'{"type":"record"}')
     token = await store.claim(pool, k, "POST", "/jobs", fp)
 
@@ -120,7 +125,7 @@ async def test_the_waiting_request_gets_the_first_answer_when_it_comes(make_clie
         await asyncio.sleep(0.3)
         await store.store(pool, k, token, 201, {"content-type": "application/json"}, b'{"from":"first"}')
 
-    second, _ = await asyncio.gather(client.post("/jobs", json={"type": "record"}, headers={"Idempotency-Key": k}),
+    second, _ = await asyncio.gather(client.post("/jobs", json={"type": "record"}, headers={"Idempotency-Key": k.split(":")[-1]}),
                                      first_answers())
     assert (second.status_code, second.json()) == (201, {"from": "first"})
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 0

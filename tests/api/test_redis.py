@@ -97,7 +97,7 @@ async def not_near_a_minute_boundary():
 def another_client(client: httpx.AsyncClient, address: str) -> httpx.AsyncClient:
     app = client._transport.app
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=(address, 4321)),
-                             base_url="http://skiplock.test")
+                             base_url="http://skiplock.test", headers=client.headers)
 
 
 async def test_limits_bite_per_client_and_per_bucket(make_client, dsn, pool, redis_server):

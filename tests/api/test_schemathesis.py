@@ -25,10 +25,14 @@ EXAMPLES = 12
 # check still runs on them, the 5xx one included.
 LOOSER_SCHEMAS = {
     "POST /campaigns",  # `url` is any string in the schema; the route takes http(s) URLs only
+    # `payload` is any JSON object in the schema, but PostgreSQL's jsonb cannot hold a
+    # "\u0000" in its text: that is a 422 invalid_value saying so
+    "POST /jobs",
+    "POST /campaigns/{campaign_id}/batches",
 }
 
 
-def fuzz(document: dict, base_url: str, campaign_id: str) -> tuple[list[str], int]:
+def fuzz(document: dict, base_url: str, campaign_id: str, api_auth: dict) -> tuple[list[str], int]:
     """Failures (one line each) and the number of requests sent."""
     schema = schemathesis.openapi.from_dict(document)
     failures: list[str] = []
@@ -50,7 +54,8 @@ def fuzz(document: dict, base_url: str, campaign_id: str) -> tuple[list[str], in
                 if mode is GenerationMode.POSITIVE and isinstance(case.body, dict) and case.body.get("campaign_id"):
                     # a made-up campaign is a 422 unknown_campaign; point it at a real one
                     case.body["campaign_id"] = campaign_id
-                response = case.call(base_url=base_url, headers=dict(AUTH), timeout=30)
+                auth = dict(AUTH) if operation.path.startswith("/cron") else dict(api_auth)
+                response = case.call(base_url=base_url, headers=auth, timeout=30)
                 assert response.status_code < 500, f"{response.status_code}: {response.text[:300]}"
                 excluded = []
                 if case.query and "cursor" in case.query:
@@ -59,7 +64,7 @@ def fuzz(document: dict, base_url: str, campaign_id: str) -> tuple[list[str], in
                     excluded.append(positive_data_acceptance)
                 if operation.label in LOOSER_SCHEMAS:
                     excluded.append(positive_data_acceptance)
-                case.validate_response(response, headers=dict(AUTH), excluded_checks=excluded,
+                case.validate_response(response, headers=auth, excluded_checks=excluded,
                                        transport_kwargs={"base_url": base_url})
 
             try:
@@ -71,7 +76,7 @@ def fuzz(document: dict, base_url: str, campaign_id: str) -> tuple[list[str], in
     return failures, sent
 
 
-async def test_schemathesis_finds_no_5xx_and_no_undocumented_answer(make_client, pool, dsn):
+async def test_schemathesis_finds_no_5xx_and_no_undocumented_answer(make_client, pool, dsn, admin_headers):
     # a stand-in 'brief' stage, so POST /campaigns is served and no run ever fetches
     # the made-up sites it is given
     stages = [Recorder("brief").stage, Recorder("record").stage]
@@ -81,7 +86,7 @@ async def test_schemathesis_finds_no_5xx_and_no_undocumented_answer(make_client,
     await f.run(pool)
     document = (await client.get("/openapi.json")).json()
     failures, sent = await asyncio.to_thread(fuzz, document, str(client.base_url).rstrip("/"),
-                                           str(campaign))
+                                           str(campaign), admin_headers)
     assert sent > 100, sent
     print(f"schemathesis: {sent} requests")
     assert not failures, "\n\n".join(failures)

@@ -14,9 +14,10 @@ from tests.stages.servers import ServerThread
 
 
 @pytest.fixture
-async def api(dsn):
+async def api(dsn, admin_headers):
     app = create_app(settings(database_url=dsn, run_scheduler=False))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://skiplock.test") as c:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://skiplock.test",
+                                 headers=admin_headers) as c:
         yield c
     await app.state.runtime.close()
 

@@ -1,0 +1,85 @@
+"""API keys and the tenant transaction every tenant route runs in.
+
+`Authorization: Bearer slk_...` names an API key; its owner is the tenant. The request's
+work happens on one connection, in one transaction, as the role skiplock_api with the
+tenant and actor set transaction-locally: row-level security then filters every query
+the route runs, so a forgotten `WHERE user_id = ...` still returns nothing foreign. The
+transaction commits before the answer is sent (or rolls back on an error), and since
+the settings are local to it, the pooled connection goes back carrying nothing."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+import asyncpg
+from fastapi import Depends, Request
+
+from app.api.deps import owner_pool_of
+from app.api.errors import ApiError
+from app.engine.accounts import authenticate
+from app.engine.tenancy import Actor, enter_tenant
+
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="api"'}
+
+
+class RequestDb:
+    """The request's one connection, shaped like a pool for code written against one:
+    `acquire()` hands back the same connection, and `transaction()` nests (a savepoint)."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
+
+    @asynccontextmanager
+    async def acquire(self) -> AsyncIterator[asyncpg.Connection]:
+        yield self._conn
+
+    def __getattr__(self, name: str):
+        return getattr(self._conn, name)
+
+
+def _presented_key(request: Request) -> str:
+    header = request.headers.get("authorization")
+    if not header:
+        raise ApiError(401, "unauthorized", "missing header: Authorization: Bearer <API key>",
+                       headers=_CHALLENGE)
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "unauthorized", "the Authorization header must be: Bearer <API key>",
+                       headers=_CHALLENGE)
+    return token.strip()
+
+
+async def tenant(request: Request) -> AsyncIterator[Actor]:
+    """Authenticate the key, then hold the request's tenant transaction around the route."""
+    key = _presented_key(request)
+    pool = await owner_pool_of(request)
+    actor = await authenticate(pool, key)
+    if actor is None:
+        raise ApiError(401, "unauthorized", "unknown, revoked or malformed API key", headers=_CHALLENGE)
+    async with pool.acquire() as conn:
+        tr = conn.transaction()
+        await tr.start()
+        try:
+            await enter_tenant(conn, actor)
+            request.state.actor = actor
+            request.state.db = RequestDb(conn)
+            yield actor
+        except BaseException:
+            await tr.rollback()
+            raise
+        else:
+            await tr.commit()
+        finally:
+            request.state.db = None
+
+
+# For routers: every route runs inside the tenant transaction, which ends before the
+# answer is sent.
+TENANT = Depends(tenant, scope="function")
+
+
+def require_admin(request: Request) -> None:
+    actor = getattr(request.state, "actor", None)
+    if actor is None or not actor.is_admin:
+        raise ApiError(403, "forbidden", "this route needs an admin API key")

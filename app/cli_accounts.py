@@ -1,0 +1,59 @@
+"""`python -m app user ...` and `python -m app key ...`: accounts and API keys.
+
+Changes are made as the actor `system`/`cli`, so the audit log says where they came from."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from app.engine import accounts
+from app.engine.db import connect
+from app.engine.tenancy import Actor, act_as
+from app.plans import PLANS
+
+CLI_ACTOR = Actor("system", "cli")
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    u = sub.add_parser("user", help="users and their plans")
+    usub = u.add_subparsers(dest="user_command", required=True)
+    ua = usub.add_parser("add", help="add a user (or change an existing user's plan)")
+    ua.add_argument("email")
+    ua.add_argument("--plan", choices=list(PLANS), default="free")
+    k = sub.add_parser("key", help="API keys")
+    ksub = k.add_subparsers(dest="key_command", required=True)
+    kc = ksub.add_parser("create", help="create an API key for a user; it is shown once")
+    kc.add_argument("email")
+    kc.add_argument("--admin", action="store_true", help="the key sees every tenant")
+    kr = ksub.add_parser("revoke", help="revoke an API key by its prefix (slk_xxxxxxxx)")
+    kr.add_argument("prefix")
+
+
+async def run(args, dsn: str, fail) -> str:
+    """The command's output line; `fail(message)` raises the CLI's one-line error."""
+    from app.stages.campaigns import CampaignInputError, check_email
+
+    conn = await connect(dsn)
+    try:
+        async with conn.transaction():
+            await act_as(conn, CLI_ACTOR)
+            if args.command == "user":
+                try:
+                    email = check_email(args.email)
+                except CampaignInputError as exc:
+                    fail(str(exc))
+                user_id = await accounts.add_user(conn, email, args.plan)
+                return json.dumps({"id": str(user_id), "email": email, "plan": args.plan})
+            if args.key_command == "create":
+                try:
+                    key = await accounts.create_key(conn, args.email.strip().lower(), args.admin)
+                except accounts.AccountError as exc:
+                    fail(str(exc))
+                return json.dumps({"key": key.key, "prefix": key.prefix, "admin": key.admin,
+                                   "note": "shown once: store it now"})
+            if not await accounts.revoke_key(conn, args.prefix):
+                fail(f"no live key with prefix {args.prefix!r}")
+            return json.dumps({"revoked": args.prefix})
+    finally:
+        await conn.close()

@@ -1,0 +1,72 @@
+"""Users, plans and API keys.
+
+A key looks like `slk_<8 hex>_<secret>`. Its first part, the prefix, is stored in clear to
+find and recognise it; the whole key only as a SHA-256 digest (keys are long random
+strings, so a fast digest is enough), and it is shown once, when created."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import uuid
+from dataclasses import dataclass
+
+import asyncpg
+
+from app.engine.queries import query
+from app.engine.tenancy import Actor
+
+KEY_SHAPE = re.compile(r"^(slk_[0-9a-f]{8})_[A-Za-z0-9_-]{32,64}$")
+
+
+class AccountError(Exception):
+    """A readable reason the account change cannot happen."""
+
+
+@dataclass(frozen=True)
+class NewKey:
+    key: str      # the whole key: shown once, never stored
+    prefix: str
+    admin: bool
+
+
+def digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def make_key() -> tuple[str, str]:
+    prefix = f"slk_{secrets.token_hex(4)}"
+    return f"{prefix}_{secrets.token_urlsafe(32)}", prefix
+
+
+async def add_user(conn, email: str, plan: str) -> uuid.UUID:
+    """Create the user (or find them) and set their plan. Call inside an actor's transaction."""
+    row = await conn.fetchrow(query("user_ensure"), email)
+    await conn.execute(query("subscription_set"), row["id"], plan)
+    return row["id"]
+
+
+async def create_key(conn, email: str, admin: bool = False) -> NewKey:
+    user = await conn.fetchrow(query("user_by_email"), email)
+    if user is None:
+        raise AccountError(f"no user {email}; add one first: python -m app user add {email}")
+    key, prefix = make_key()
+    await conn.fetchrow(query("api_key_insert"), user["id"], prefix, digest(key), admin)
+    return NewKey(key, prefix, admin)
+
+
+async def revoke_key(conn, prefix: str) -> bool:
+    return await conn.fetchval(query("api_key_revoke"), prefix) is not None
+
+
+async def authenticate(db, key: str) -> Actor | None:
+    """The actor a presented key stands for, or None (malformed, unknown or revoked)."""
+    shape = KEY_SHAPE.match(key or "")
+    if shape is None:
+        return None
+    row: asyncpg.Record | None = await db.fetchrow(query("api_key_lookup"), shape.group(1))
+    if row is None or not hmac.compare_digest(row["hash"], digest(key)):
+        return None
+    return Actor("admin" if row["admin"] else "user", str(row["user_id"]), row["user_id"], row["email"])

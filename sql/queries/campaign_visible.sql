@@ -1,0 +1,1 @@
+SELECT id FROM campaigns WHERE id = $1
