@@ -206,6 +206,12 @@ def _table(out: dict) -> str:
                              f"enqueue {s.get('enqueue_jobs_s_median', 0):8,.0f} jobs/s")
             else:
                 lines.append(f"  pgqueuer 1.6.0 {v:10s} {s.get('error', 'no result')[:200]}")
+        raw = p.get("raw_sql") or {}
+        for b, r in raw.get("drain", {}).items():
+            lines.append(f"  bare SKIP LOCKED loop, claim {b[2:]:4s} drain {r['median_jobs_s']:8,} jobs/s  "
+                         "(no fairness, no pipeline)")
+        if "error" in raw or "skipped" in raw:
+            lines.append(f"  bare SKIP LOCKED loop: {(raw.get('error') or raw.get('skipped'))[:200]}")
     t = out.get("targets", {})
     if t:
         lines += ["", "Targets:"]

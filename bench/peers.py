@@ -4,7 +4,8 @@ Runs /work/shared/bench-peers/bench_pgqueuer.py (or --peers-dir) with pgqueuer 1
 installed into a throwaway venv under /tmp (never into the project's), against the
 server the rest of the benchmark used: its scripts connect as `postgres` on
 127.0.0.1:$PGPORT. Variants: `unlimited` (library defaults, no concurrency cap: the
-3,300 jobs/s reference) and `ep10` (entrypoint concurrency_limit=10)."""
+3,300 jobs/s reference) and `ep10` (entrypoint concurrency_limit=10). Then the bare
+SKIP LOCKED loop (raw_sql_drain.py) for the ceiling on this server."""
 
 from __future__ import annotations
 
@@ -77,4 +78,34 @@ async def run(server, *, peers_dir: Path, variants: list[str], n: int, concurren
         log(f"  pgqueuer {variant:9s}: drain {summary.get('process_jobs_s_median', 0):7,.0f} jobs/s"
             f"  enqueue {summary.get('enqueue_jobs_s_median', 0):7,.0f} jobs/s"
             f"  ({summary.get('ok_runs')}/{summary.get('runs')} runs ok)")
+    out["raw_sql"] = await _raw_sql(py, peers_dir, port, n, concurrency, repeats, cap, log)
     return out
+
+
+async def _raw_sql(py: Path, peers_dir: Path, port: int, n: int, concurrency: int, repeats: int,
+                   cap: float, log) -> dict:
+    """The bare SKIP LOCKED ceiling (raw_sql_drain.py): no fairness, no pipeline, a
+    partial index in claim order; claim B then complete, B = 25 and 100."""
+    script = peers_dir / "raw_sql_drain.py"
+    if not script.exists():
+        return {"skipped": f"{script} not found"}
+    results = Path(tempfile.mkstemp(prefix="skiplock-peers-", suffix=".jsonl")[1])
+    env = {**os.environ, "PGPORT": str(port), "BENCH_RESULTS": str(results)}
+    proc = await asyncio.create_subprocess_exec(
+        str(py), str(script), "--n", str(n), "--concurrency", str(concurrency), "--runs", str(repeats),
+        "--batches", "25", "100", "--index", "partial", cwd=str(peers_dir), env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    try:
+        stdout, _ = await asyncio.wait_for(proc.communicate(), timeout=cap)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return {"error": f"over the {cap:.0f} s cap"}
+    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    results.unlink(missing_ok=True)
+    row = next((r for r in rows if r.get("lib") == "raw_sql_asyncpg"), None)
+    if row is None:
+        return {"error": stdout.decode(errors="replace")[-1500:]}
+    for b, r in row.get("drain", {}).items():
+        log(f"  bare SKIP LOCKED loop {b:6s}: drain {r['median_jobs_s']:7,} jobs/s")
+    return row
