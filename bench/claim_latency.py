@@ -1,7 +1,6 @@
 """Latency of one fair claim of 25 as the done history grows.
 
-Table contents, per size D (10k, 1M, 10M by default), grown in place from the
-smaller size to the next:
+One database per size D (10k, 1M, 10M by default), each holding:
   - 1,000 active campaigns, plans cycling free / standard / pro;
   - D `done` jobs of the claimed type from the last day: campaign uniform over the
     1,000, locked_at uniform over the last 23 h, finished_at 50 ms later;
@@ -10,7 +9,8 @@ smaller size to the next:
     life the counters are built by the triggers as jobs are claimed;
   - a backlog of 20,000 pending jobs over the same campaigns (inserted first, with a
     plain INSERT, so the triggers count them);
-  - VACUUM ANALYZE, as autovacuum would have done to a table that grew over a day.
+  - VACUUM ANALYZE, as autovacuum would have done to a table that grew over a day,
+    and a CHECKPOINT once all are loaded, so the load's writes stay out of the samples.
 
 The done rows are loaded with INSERT ... SELECT generate_series. As a superuser the
 load runs with session_replication_role = replica (no triggers, no per-row foreign key
@@ -20,7 +20,8 @@ done rows anyway (they count pending rows and claims).
 
 Measured: one client, the real claim (`app.engine.jobs.claim`, sql/queries/claim.sql)
 of 25, inside BEGIN ... ROLLBACK so every sample sees the same table; client-side
-wall time of the call. Warm-up samples are discarded. For comparison the seed's
+wall time of the call. Warm-up samples are discarded; the sizes are then sampled in
+interleaved rounds, so a noisy neighbour hits all of them alike. For comparison the seed's
 naive fairness claim (served counted from the day's rows on every claim), adapted to
 this schema, is measured the same way at the smaller sizes.
 """
