@@ -181,15 +181,16 @@ async def create_campaign(body: CampaignIn, request: Request):
                        "stage, so nothing would run a new campaign")
     pool = await pool_of(request)
     actor = request.state.actor
+    owner_id = None
     if actor.is_admin:
         owner = body.owner or runtime.settings.default_owner_email
     elif body.owner and body.owner.strip().lower() != actor.email:
         raise ApiError(403, "forbidden", "a user's API key adds campaigns to its own account only; "
                                          "leave out 'owner' (or use an admin key)")
     else:
-        owner = actor.email
+        owner, owner_id = actor.email, actor.user_id
     try:
-        made = await add_campaign(pool, body.url, owner=owner, plan=body.plan)
+        made = await add_campaign(pool, body.url, owner=owner, plan=body.plan, owner_id=owner_id)
     except PlanConflictError as exc:
         raise ApiError(409, "plan_conflict", str(exc)) from None
     except CampaignInputError as exc:

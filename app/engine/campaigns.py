@@ -31,6 +31,14 @@ async def ensure_owner(conn, email: str, plan: str | None) -> tuple[uuid.UUID, s
     return row["id"], sub["plan"]
 
 
+async def owner_plan(conn, owner_id: uuid.UUID, email: str, plan: str | None) -> str:
+    """An existing owner's plan; asking for another raises PlanConflict."""
+    current = await conn.fetchval(query("user_plan"), owner_id) or DEFAULT_PLAN
+    if plan is not None and plan != current:
+        raise PlanConflict(email, current, plan)
+    return current
+
+
 async def insert_campaign(conn, owner_id: uuid.UUID | None, name: str, url: str):
     return await conn.fetchrow(query("campaign_insert"), owner_id, name, url)
 

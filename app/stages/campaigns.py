@@ -47,12 +47,17 @@ def check_url(url: str) -> str:
         raise CampaignInputError(str(exc)) from None
 
 
-async def add_campaign_in(conn, url: str, *, owner: str, plan: str | None = None) -> dict[str, Any]:
-    """add_campaign inside the caller's transaction."""
+async def add_campaign_in(conn, url: str, *, owner: str, plan: str | None = None,
+                          owner_id: uuid.UUID | None = None) -> dict[str, Any]:
+    """add_campaign inside the caller's transaction. `owner_id`: the owner is known and
+    exists (an API key's own account), so nobody is looked up or created."""
     url, email, plan = check_url(url), check_email(owner), check_plan(plan)
     await act_as_default(conn)  # the audit log's actor: the caller's if named, else the system
     try:
-        owner_id, plan_name = await store.ensure_owner(conn, email, plan)
+        if owner_id is None:
+            owner_id, plan_name = await store.ensure_owner(conn, email, plan)
+        else:
+            plan_name = await store.owner_plan(conn, owner_id, email, plan)
     except store.PlanConflict as exc:
         raise PlanConflictError(str(exc)) from None
     row = await store.insert_campaign(conn, owner_id, urlsplit(url).netloc, url)
@@ -61,10 +66,11 @@ async def add_campaign_in(conn, url: str, *, owner: str, plan: str | None = None
             "owner": email, "plan": plan_name, "created_at": row["created_at"], "brief_job": job_id}
 
 
-async def add_campaign(pool, url: str, *, owner: str, plan: str | None = None) -> dict[str, Any]:
+async def add_campaign(pool, url: str, *, owner: str, plan: str | None = None,
+                       owner_id: uuid.UUID | None = None) -> dict[str, Any]:
     """A new campaign on `url` for `owner`, with its brief queued. Raises CampaignInputError."""
     async with pool.acquire() as conn, conn.transaction():
-        return await add_campaign_in(conn, url, owner=owner, plan=plan)
+        return await add_campaign_in(conn, url, owner=owner, plan=plan, owner_id=owner_id)
 
 
 async def seed_demo(pool, base_url: str, owner: str = "owner@localhost") -> uuid.UUID | None:

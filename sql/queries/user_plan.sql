@@ -1,0 +1,1 @@
+SELECT plan FROM subscriptions WHERE user_id = $1

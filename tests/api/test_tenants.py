@@ -1,0 +1,273 @@
+"""Tenants: one account's key never reaches another's rows, on any route.
+
+The route list comes from the OpenAPI document, so a new route is covered (or this
+test says which rule it needs) without anyone remembering to add it."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+import asyncpg
+import pytest
+from serving_kit import AUTH, Recorder
+
+from app.engine import accounts
+from app.engine.batches import BatchRequest, create_batch
+from app.engine.tenancy import Actor, tenant_transaction
+from app.pipeline.loop import Pipeline
+from tests import factories as f
+
+TENANT_PREFIXES = ("/campaigns", "/batches", "/jobs", "/runs", "/audit")
+
+
+@dataclass
+class Tenant:
+    email: str
+    key: str
+    user_id: uuid.UUID
+    campaign: uuid.UUID
+    pending_job: uuid.UUID
+    failed_job: uuid.UUID
+    batch: uuid.UUID
+    contact: uuid.UUID
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+    def secrets(self) -> list[str]:
+        """Strings that must never appear in another tenant's answers."""
+        return [self.email, str(self.campaign), str(self.pending_job), str(self.failed_job),
+                str(self.batch), str(self.contact)]
+
+
+async def make_tenant(pool, email: str) -> Tenant:
+    key = await f.api_key(pool, email, plan="standard")
+    user_id = await pool.fetchval("SELECT id FROM users WHERE email = $1", email)
+    campaign = await f.campaign(pool, user_id, name=email)
+    pending, failed = await f.jobs(pool, "record", 2, campaign_id=campaign)
+    await pool.execute("UPDATE jobs SET status = 'failed', attempts = 3, finished_at = now(), "
+                       "last_error = 'boom' WHERE id = $1", failed)
+    batch = (await create_batch(pool, campaign, [BatchRequest("export")])).batch_id
+    page = await pool.fetchval("INSERT INTO pages (campaign_id, url) VALUES ($1, $2) RETURNING id",
+                               campaign, f"https://{email.split('@')[1]}/")
+    contact = await pool.fetchval(
+        "INSERT INTO contacts (campaign_id, kind, value, page_id, page_url) "
+        "VALUES ($1, 'email', $2, $3, 'https://x/') RETURNING id", campaign, f"hello@{email.split('@')[1]}", page)
+    return Tenant(email, key, user_id, campaign, pending, failed, batch, contact)
+
+
+@pytest.fixture
+async def two_tenants(pool):
+    a = await make_tenant(pool, "alice@a.example")
+    b = await make_tenant(pool, "bob@b.example")
+    await f.run(pool, "cron")  # a run: the operator's, not a tenant's
+    return a, b
+
+
+@pytest.fixture
+async def client(make_client):
+    return await make_client(stages=[Recorder("brief").stage, Recorder("record").stage,
+                                     Recorder("export").stage], api_key=False)
+
+
+async def snapshot(pool, t: Tenant):
+    rows = await pool.fetch("SELECT id, status, attempts, run_after, last_error FROM jobs "
+                            "WHERE campaign_id = $1 ORDER BY id", t.campaign)
+    campaign = await pool.fetchrow("SELECT * FROM campaigns WHERE id = $1", t.campaign)
+    batch = await pool.fetchrow("SELECT status FROM batches WHERE id = $1", t.batch)
+    return [tuple(r) for r in rows], dict(campaign), dict(batch)
+
+
+def fill(template: str, other: Tenant) -> str:
+    ids = {"campaign_id": other.campaign, "job_id": other.pending_job, "batch_id": other.batch,
+           "run_id": None}
+
+    def one(match: re.Match) -> str:
+        name = match.group(1)
+        assert name in ids, f"add a rule for the path parameter {{{name}}} to this test"
+        return str(ids[name] or uuid.uuid4())
+    return re.sub(r"\{([^}]+)\}", one, template)
+
+
+def bodies(method: str, template: str, other: Tenant) -> list[dict | None]:
+    """Request bodies that name the other tenant's things."""
+    if method != "post":
+        return [None]
+    if template == "/jobs":
+        return [{"type": "record", "campaign_id": str(other.campaign)},
+                {"type": "record", "campaign_id": str(other.campaign), "dedupe_key": "probe"}]
+    if template == "/campaigns":
+        return [{"url": "https://b.example/", "owner": other.email}]
+    if template == "/campaigns/{campaign_id}/batches":
+        return [{"jobs": [{"type": "record"}]}]
+    return [None]
+
+
+def queries(op: dict, other: Tenant) -> list[dict]:
+    names = {p["name"] for p in op.get("parameters", []) if p.get("in") == "query"}
+    out = [{}]
+    if "campaign_id" in names:
+        out.append({"campaign_id": str(other.campaign)})
+    if "batch_id" in names:
+        out.append({"batch_id": str(other.batch)})
+    return out
+
+
+async def test_every_route_with_a_key_and_another_tenants_ids_finds_nothing(client, pool, two_tenants):
+    a, b = two_tenants
+    before = await snapshot(pool, b)
+    document = (await client.get("/openapi.json")).json()
+    tried = 0
+    for template, item in document["paths"].items():
+        if not template.startswith(TENANT_PREFIXES):
+            continue
+        for method, op in item.items():
+            path = fill(template, b)
+            for params in queries(op, b):
+                for body in bodies(method, template, b):
+                    r = await client.request(method.upper(), path, params=params, json=body, headers=a.headers)
+                    tried += 1
+                    where = f"{method.upper()} {path} {params} {body}"
+                    assert r.status_code < 500, (where, r.text)
+                    for secret in b.secrets():
+                        if secret not in where:  # an error may repeat what was asked, nothing more
+                            assert secret not in r.text, (where, r.text)
+                    if r.status_code == 200 and "data" in r.json():
+                        # a list: only the caller's own rows (or none at all)
+                        assert all(str(b.campaign) not in str(row) for row in r.json()["data"]), where
+                    elif r.status_code < 300:
+                        pytest.fail(f"{where} succeeded with another tenant's ids: {r.text[:300]}")
+                    else:
+                        assert r.status_code in (403, 404, 409, 422), (where, r.status_code, r.text)
+    assert tried >= 15
+    assert await snapshot(pool, b) == before
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE campaign_id = $1", b.campaign) == 3
+
+
+async def test_lists_show_only_the_callers_rows(client, pool, two_tenants):
+    a, b = two_tenants
+    jobs = (await client.get("/jobs", headers=a.headers)).json()["data"]
+    assert {j["campaignId"] for j in jobs} == {str(a.campaign)}
+    assert (await client.get("/runs", headers=a.headers)).json()["data"] == []  # the operator's view
+    assert (await client.get(f"/campaigns/{a.campaign}/contacts", headers=a.headers)).status_code == 200
+    assert (await client.get("/audit", headers=a.headers)).status_code == 403
+    admin = {"Authorization": f"Bearer {await f.api_key(pool, 'root@ops.example', admin=True)}"}
+    seen = {j["campaignId"] for j in (await client.get("/jobs?limit=200", headers=admin)).json()["data"]}
+    assert {str(a.campaign), str(b.campaign)} <= seen
+    assert len((await client.get("/runs", headers=admin)).json()["data"]) == 1
+
+
+async def test_an_unfiltered_query_in_a_tenant_transaction_returns_only_its_rows(pool, two_tenants):
+    a, b = two_tenants
+    actor = Actor("user", str(a.user_id), a.user_id, a.email)
+    async with tenant_transaction(pool, actor) as conn:
+        # deliberately no WHERE: row-level security is the filter
+        assert {r["campaign_id"] for r in await conn.fetch("SELECT campaign_id FROM jobs")} == {a.campaign}
+        assert [r["id"] for r in await conn.fetch("SELECT id FROM campaigns")] == [a.campaign]
+        assert [r["id"] for r in await conn.fetch("SELECT id FROM contacts")] == [a.contact]
+        assert [r["email"] for r in await conn.fetch("SELECT email FROM users")] == [a.email]
+        assert await conn.fetchval("SELECT count(*) FROM runs") == 0
+        assert await conn.fetchval("SELECT count(*) FROM batches") == 1
+        # and a write aimed at another tenant's row changes nothing
+        assert await conn.execute("UPDATE campaigns SET status = 'paused' WHERE id = $1", b.campaign) == "UPDATE 0"
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await conn.execute("INSERT INTO jobs (type, campaign_id) VALUES ('record', $1)", b.campaign)
+
+
+async def test_revoked_and_malformed_keys_are_401(client, pool, two_tenants):
+    a, _ = two_tenants
+    assert (await client.get("/jobs", headers=a.headers)).status_code == 200
+    prefix = a.key[:12]  # slk_ and 8 hex digits
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SELECT set_config('app.current_actor_kind', 'system', true)")
+        assert await accounts.revoke_key(conn, prefix)
+    for headers in (a.headers, {"Authorization": "Bearer slk_nothing"},
+                    {"Authorization": f"Bearer {prefix}_{'x' * 43}"}, {"Authorization": "Basic abc"}, {}):
+        r = await client.get("/jobs", headers=headers)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", headers
+    # the cron secret is not an API key either
+    assert (await client.get("/jobs", headers=AUTH)).status_code == 401
+
+
+async def test_a_pooled_connection_carries_nothing_after_a_request(make_client, pool, two_tenants, dsn):
+    from serving_kit import make_settings
+    a, _ = two_tenants
+    client = await make_client(make_settings(dsn, db_pool_size=1), stages=[Recorder("record").stage],
+                               api_key=False)
+    assert (await client.get("/jobs", headers=a.headers)).status_code == 200
+    assert (await client.post("/jobs", json={"type": "record", "campaign_id": str(a.campaign)},
+                              headers=a.headers)).status_code == 201
+    runtime = client._transport.app.state.runtime
+    async with (await runtime.pool()).acquire() as conn:  # the one connection those requests used
+        row = await conn.fetchrow(
+            "SELECT current_user AS role, current_setting('app.current_user_id', true) AS tenant, "
+            "current_setting('app.current_actor_kind', true) AS kind, "
+            "current_setting('app.current_actor_id', true) AS actor")
+    assert row["role"] != "skiplock_api"
+    assert not row["tenant"] and not row["kind"] and not row["actor"]
+
+
+async def test_audit_records_who_changed_what(client, pool, two_tenants):
+    a, _ = two_tenants
+    await pool.execute("TRUNCATE audit_log")
+    made = await client.post("/campaigns", json={"url": "https://a2.example/"}, headers=a.headers)
+    assert made.status_code == 201, made.text
+    enq = await client.post("/jobs", json={"type": "record", "campaign_id": str(a.campaign)}, headers=a.headers)
+    retried = await client.post(f"/jobs/{a.failed_job}/retry", headers=a.headers)
+    cancelled = await client.post(f"/jobs/{a.pending_job}/cancel", headers=a.headers)
+    assert (enq.status_code, retried.status_code, cancelled.status_code) == (201, 200, 200)
+    rows = await pool.fetch("SELECT * FROM audit_log ORDER BY id")
+    by_table = {(r["table_name"], r["op"], r["row_id"]) for r in rows}
+    new_campaign = made.json()["id"]
+    assert ("campaigns", "INSERT", new_campaign) in by_table
+    assert ("jobs", "INSERT", enq.json()["job"]["id"]) in by_table
+    assert ("jobs", "UPDATE", str(a.failed_job)) in by_table
+    assert ("jobs", "UPDATE", str(a.pending_job)) in by_table
+    assert {(r["actor_kind"], r["actor_id"]) for r in rows} == {("user", str(a.user_id))}
+    cancel = next(r for r in rows if r["row_id"] == str(a.pending_job))
+    assert (cancel["old_row"]["status"], cancel["new_row"]["status"]) == ("pending", "failed")
+
+    # the pipeline's own work is not audited
+    before = len(rows)
+    await Pipeline(pool, [Recorder("record").stage, Recorder("export").stage]).run("cron")
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE status = 'done'") >= 2
+    assert await pool.fetchval("SELECT count(*) FROM audit_log") == before
+
+
+async def test_keys_and_plans_are_audited_from_the_cli_without_secrets(pool, dsn):
+    import subprocess
+    import sys
+    env = {"DATABASE_URL": dsn, "PATH": "/usr/bin:/bin"}
+    for args in (["user", "add", "carol@c.example", "--plan", "pro"], ["key", "create", "carol@c.example"]):
+        done = subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+    rows = await pool.fetch("SELECT * FROM audit_log WHERE actor_kind = 'system' ORDER BY id")
+    assert {r["actor_id"] for r in rows} == {"cli"}
+    assert {r["table_name"] for r in rows} == {"users", "subscriptions", "api_keys"}
+    key_row = next(r for r in rows if r["table_name"] == "api_keys")
+    assert "hash" not in key_row["new_row"] and key_row["new_row"]["prefix"].startswith("slk_")
+
+
+async def test_a_write_with_no_actor_is_refused(pool):
+    for sql in ("INSERT INTO users (email) VALUES ('ghost@x.example')",
+                "INSERT INTO campaigns (name) VALUES ('ghost')"):
+        with pytest.raises(asyncpg.InsufficientPrivilegeError, match="without an actor"):
+            await pool.execute(sql)
+    assert await pool.fetchval("SELECT count(*) FROM campaigns") == 0
+    # a plain INSERT of a job still works: jobs are audited only for what people do via the API
+    await pool.execute("INSERT INTO jobs (type) VALUES ('record')")
+
+
+async def test_audit_rows_cannot_be_changed_or_deleted(client, pool, two_tenants):
+    assert await pool.fetchval("SELECT count(*) FROM audit_log") > 0
+    for sql in ("UPDATE audit_log SET actor_id = 'someone else'", "DELETE FROM audit_log"):
+        with pytest.raises(asyncpg.InsufficientPrivilegeError, match="append-only"):
+            await pool.execute(sql)
+    admin = {"Authorization": f"Bearer {await f.api_key(pool, 'root@ops.example', admin=True)}"}
+    page = (await client.get("/audit?table=campaigns&limit=1", headers=admin)).json()
+    assert len(page["data"]) == 1 and page["nextCursor"]
+    following = await client.get(f"/audit?table=campaigns&limit=1&cursor={page['nextCursor']}", headers=admin)
+    assert following.status_code == 200 and following.json()["data"][0]["id"] < page["data"][0]["id"]
