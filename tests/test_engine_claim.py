@@ -166,3 +166,22 @@ async def test_served_counts_older_than_a_day_expire(pool):
     await q.expire_served(pool)
     assert (await f.lane_counts(pool, "t"))[c][1] == 0
     assert await pool.fetchval("SELECT count(*) FROM job_lane_hours") == 0
+
+
+async def test_a_claim_never_comes_back_empty_while_another_lane_has_ready_work(pool):
+    pro, free = await f.user(pool, "pro"), await f.user(pool, "free")
+    busy = await f.campaign(pool, pro)
+    other = await f.campaign(pool, free)
+    await f.jobs(pool, "t", 5, campaign_id=busy)
+    await f.jobs(pool, "t", 40, campaign_id=other)
+    async with pool.acquire() as holder:
+        tr = holder.transaction()
+        await tr.start()
+        try:
+            # another claim holds every ready job of the best lane, not yet committed
+            held = await q.claim(holder, f.lease(), await f.run(pool), 5)
+            assert {j.campaign_id for j in held} == {busy}
+            got = await q.claim(pool, f.lease(), await f.run(pool), 25)
+            assert len(got) == 25 and {j.campaign_id for j in got} == {other}
+        finally:
+            await tr.rollback()

@@ -79,6 +79,10 @@ def _error_text(exc: BaseException) -> str:
 
 IdleWait = Callable[[float], Awaitable[None]]
 
+# The pipeline's own stages (maintenance, notify) are rarely busy: once one is found
+# empty, it is looked at again after this long rather than after every batch.
+INTERNAL_RECHECK_SECONDS = 1.0
+
 
 class Pipeline:
     """One invocation's worth of work over an ordered list of stages.
@@ -97,6 +101,7 @@ class Pipeline:
         self._budget_deadline = 0.0
         self._timeouts: set[asyncio.Timeout] = set()
         self._wake = asyncio.Event()
+        self._quiet_until: dict[str, float] = {}
 
     def stop(self, grace: float) -> None:
         """Stop claiming now; in-flight handlers get `grace` seconds, then are deferred."""
@@ -151,14 +156,16 @@ class Pipeline:
         return result
 
     async def _loop(self, ctx: Context, hard_deadline: float, idle: IdleWait | None) -> str:
+        self._quiet_until.clear()
         while True:
             if time.monotonic() >= self._budget_deadline:
                 return "time_budget"
-            for stage in self.stages:  # earlier stages win
-                claimed = await q.claim(self.pool, stage.lease_terms, ctx.run_id, stage.batch)
-                if claimed:
-                    break
-            else:
+            stage, claimed, skipped = await self._claim_first(ctx)
+            if not claimed and skipped:
+                # before calling it a day, look at the stages skipped as recently empty too
+                self._quiet_until.clear()
+                stage, claimed, _ = await self._claim_first(ctx)
+            if not claimed:
                 if idle is None or self._stopping:
                     return "time_budget" if self._stopping else "no_work"
                 self._wake.clear()
@@ -169,6 +176,21 @@ class Pipeline:
             stop = await self._run_batch(stage, claimed, ctx, hard_deadline)
             if stop:
                 return stop
+
+    async def _claim_first(self, ctx: Context) -> tuple[Stage | None, list[Job], bool]:
+        """A batch from the first stage with work (earlier stages win); whether any stage
+        was skipped for having been empty a moment ago."""
+        skipped = False
+        for stage in self.stages:
+            if stage.internal and time.monotonic() < self._quiet_until.get(stage.type, 0.0):
+                skipped = True  # found empty a moment ago: not worth a claim after every batch
+                continue
+            claimed = await q.claim(self.pool, stage.lease_terms, ctx.run_id, stage.batch)
+            if claimed:
+                return stage, claimed, skipped
+            if stage.internal:
+                self._quiet_until[stage.type] = time.monotonic() + INTERNAL_RECHECK_SECONDS
+        return None, [], skipped
 
     async def _run_batch(self, stage: Stage, jobs: list[Job], ctx: Context,
                          hard_deadline: float) -> str | None:

@@ -32,7 +32,12 @@ WITH stale AS (
     ORDER BY priority DESC, l.served
     OFFSET 0
 ), heads AS (
-    -- the first lanes, in that order, that have a job ready now (a probe of the claim index)
+    -- the first lanes, in that order, that have a job ready now and not held by another
+    -- claim (a probe of the claim index). SKIP LOCKED here too, or a lane whose ready
+    -- jobs another claim is taking would get a quota it cannot fill, and a claim could
+    -- come back empty while other lanes have work. The probe's lock is on the lane's
+    -- oldest ready job, the first one `fair` then takes; at most one per lane is held
+    -- needlessly, and only until this statement commits.
     SELECT r.lane, r.pending, r.served, r.priority, h.created_at AS head_at
     FROM ranked r
     CROSS JOIN LATERAL (
@@ -40,6 +45,7 @@ WITH stale AS (
         WHERE j.status = 'pending' AND j.type = $1 AND j.lane = r.lane AND j.run_after <= now()
         ORDER BY j.created_at
         LIMIT 1
+        FOR UPDATE SKIP LOCKED
     ) h
     ORDER BY r.priority DESC, r.served
     LIMIT (SELECT n FROM wanted)
