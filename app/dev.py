@@ -26,7 +26,9 @@ import uvicorn
 from app.api.main import create_app
 from app.api.runtime import DATABASE_ERRORS, Runtime
 from app.devdb import LocalPostgresError, pid_alive
+from app.engine import accounts
 from app.engine.db import connect
+from app.engine.tenancy import Actor, acting
 from app.engine.migrate import migrate
 from app.logs import configure_logging
 from app.settings import Settings, SettingsError, load_settings
@@ -36,6 +38,8 @@ log = logging.getLogger("skiplock.dev")
 
 PID_FILE = "dev.pid"
 SECRET_FILE = "cron-secret"
+ADMIN_KEY_FILE = "admin-key"
+LOCAL_ADMIN = "admin@localhost"
 TICK_GRACE_SECONDS = 10.0
 
 
@@ -105,6 +109,32 @@ def cron_secret(settings: Settings, data_dir: Path) -> str:
     return secret
 
 
+async def local_admin_key(pool, data_dir: Path) -> str:
+    """An admin API key for this machine: made on the first `make run`, kept in the data
+    folder (mode 600) and reused while it still works."""
+    path = data_dir / ADMIN_KEY_FILE
+    if path.exists():
+        key = path.read_text().strip()
+        if key and await accounts.authenticate(pool, key) is not None:
+            return key
+    async with acting(pool, Actor("system", "make run")) as conn:
+        await accounts.add_user(conn, LOCAL_ADMIN, "pro")
+        key = (await accounts.create_key(conn, LOCAL_ADMIN, admin=True)).key
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    return key
+
+
+def api_banner(settings: Settings, key: str) -> str:
+    url = f"http://{settings.local_host}:{settings.local_port}"
+    return "\n".join([
+        f"  Admin API key (kept in {settings.local_data_dir}/{ADMIN_KEY_FILE}): {key}",
+        f"    curl -s -H 'Authorization: Bearer {key}' {url}/jobs",
+        "",
+    ])
+
+
 def banner(settings: Settings, secret: str, dsn: str, data_dir: Path | None) -> str:
     url = f"http://{settings.local_host}:{settings.local_port}"
     where = f" (data in {data_dir})" if data_dir else ""
@@ -171,7 +201,9 @@ async def serve(settings: Settings, signals: "_Signals") -> None:
         log.info("applied migrations: %s", ", ".join(applied))
     app = create_app(settings)
     runtime: Runtime = app.state.runtime
-    await install_demo(app, await runtime.pool(), settings)  # the sample site, and a demo campaign
+    pool = await runtime.pool()
+    await install_demo(app, pool, settings)  # the sample site, and a demo campaign
+    print(api_banner(settings, await local_admin_key(pool, Path(settings.local_data_dir))), flush=True)
     config = uvicorn.Config(app, host=settings.local_host, port=settings.local_port,
                             log_config=None, lifespan="on", access_log=True)
     server = uvicorn.Server(config)

@@ -119,8 +119,12 @@ def test_make_run_serves_triggers_ticks_and_stops_clean(data_dir):
     run = MakeRun(data_dir, port)
     try:
         curl = run.wait_for(r"^\s+(curl -s -X POST .*/cron/pipeline)$").group(1)
+        admin_key = run.wait_for(r"Admin API key .*: (slk_\S+)$").group(1)
         run.wait_for(r"Uvicorn running on")
         assert f"http://127.0.0.1:{port}/cron/pipeline" in curl
+        jobs = httpx.get(f"http://127.0.0.1:{port}/jobs", headers={"Authorization": f"Bearer {admin_key}"})
+        assert jobs.status_code == 200 and "data" in jobs.json()
+        assert httpx.get(f"http://127.0.0.1:{port}/jobs").status_code == 401
         assert processes_using(data_dir), "no embedded PostgreSQL under the data folder"
 
         summary = run_the_printed_curl(curl)
