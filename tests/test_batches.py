@@ -124,3 +124,17 @@ async def test_cancel_stops_unstarted_work_and_leaves_running_work_alone(pool):
     assert await q.complete(pool, run_id, [out.created["a"]]) == [out.created["a"]]
     await b.reconcile(pool)
     assert (await b.get_batch(pool, out.batch_id))["status"] == "cancelled"
+
+
+async def test_cancelling_a_batch_refunds_a_job_that_had_paid(pool):
+    from app.engine import allowances
+    c = await campaign(pool)
+    out = await b.create_batch(pool, c, [BatchRequest("draft")])
+    job = out.created["draft"]
+    # an earlier attempt paid a credit, failed, and the job waits for its retry
+    assert await allowances.charge_credit(pool, c, job, 10) == allowances.CHARGED
+    await pool.execute("UPDATE jobs SET attempts = 1 WHERE id = $1", job)
+    assert await b.cancel_batch(pool, out.batch_id) == (True, 1)
+    kinds = [r["kind"] for r in await pool.fetch("SELECT kind FROM credit_ledger WHERE job_id = $1 ORDER BY id", job)]
+    assert kinds == ["charge", "refund"]
+    assert (await allowances.usage_today(pool, c))["credits"] == 0

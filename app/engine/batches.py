@@ -9,6 +9,7 @@ from typing import Any
 
 import asyncpg
 
+from app.engine.allowances import refund_credit
 from app.engine.jobs import NewJob, enqueue_many_rows
 from app.engine.queries import query
 
@@ -64,9 +65,15 @@ async def batch_jobs(db, batch_id: uuid.UUID) -> list[asyncpg.Record]:
 
 
 async def cancel_batch(db, batch_id: uuid.UUID) -> tuple[bool, int]:
-    """(whether an open batch was cancelled, how many unstarted jobs it took down)."""
-    row = await db.fetchrow(query("batch_cancel"), batch_id)
-    return row["cancelled"], row["jobs_cancelled"]
+    """(whether an open batch was cancelled, how many unstarted jobs it took down).
+
+    A cancelled job that had paid for an earlier attempt gets its credit back, in the
+    same transaction."""
+    async with db.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(query("batch_cancel"), batch_id)
+        for job_id in row["job_ids"]:
+            await refund_credit(conn, job_id)
+    return row["cancelled"], len(row["job_ids"])
 
 
 async def reconcile(db) -> list[asyncpg.Record]:

@@ -11,4 +11,4 @@ WITH b AS (
     WHERE jobs.batch_id = b.id AND jobs.status = 'pending'
     RETURNING jobs.id
 )
-SELECT (SELECT count(*) FROM b) = 1 AS cancelled, (SELECT count(*) FROM j)::int AS jobs_cancelled
+SELECT (SELECT count(*) FROM b) = 1 AS cancelled, ARRAY(SELECT id FROM j) AS job_ids

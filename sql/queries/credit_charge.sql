@@ -1,6 +1,8 @@
--- Record that job $2 of campaign $1 is charged one credit today (UTC). At most one
--- charge per job: a retry of an already charged job gets no row back and pays nothing.
-INSERT INTO credit_ledger (campaign_id, job_id, day, kind, credits)
-VALUES ($1, $2, (now() AT TIME ZONE 'UTC')::date, 'charge', 1)
-ON CONFLICT (job_id, kind) DO NOTHING
+-- Record that job $2 of campaign $1 is charged one credit today (UTC), once per
+-- generation: a retry of a job whose charge still stands gets no row back and pays
+-- nothing; a job whose charge was refunded (then retried) pays again.
+INSERT INTO credit_ledger (campaign_id, job_id, day, kind, credits, seq)
+VALUES ($1, $2, (now() AT TIME ZONE 'UTC')::date, 'charge', 1,
+        (SELECT count(*) FROM credit_ledger WHERE job_id = $2 AND kind = 'refund'))
+ON CONFLICT (job_id, kind, seq) DO NOTHING
 RETURNING day

@@ -146,3 +146,19 @@ async def test_concurrent_charges_of_one_job_pay_once(pool, site):
     results = await asyncio.gather(*(allowances.charge_credit(pool, cid, job, 10) for _ in range(8)))
     assert results.count(allowances.CHARGED) == 1
     assert await credits_used(pool, cid) == 1 and await ledger(pool, job) == ["charge"]
+
+
+async def test_a_refunded_job_that_is_retried_pays_again_and_can_be_refunded_again(pool, site):
+    cid, _, job = await contact_with_draft_job(pool, site)
+    daily = PLANS["free"].daily_credits
+    assert await allowances.charge_credit(pool, cid, job, daily) == allowances.CHARGED
+    assert await allowances.charge_credit(pool, cid, job, daily) == allowances.ALREADY_CHARGED
+    assert await allowances.refund_credit(pool, job) == 1
+    assert await allowances.refund_credit(pool, job) == 0
+    # a person retries the job that gave up: its next attempt is paid for again
+    assert await allowances.charge_credit(pool, cid, job, daily) == allowances.CHARGED
+    assert await allowances.charge_credit(pool, cid, job, daily) == allowances.ALREADY_CHARGED
+    assert await allowances.usage_today(pool, cid) == {"pages": 0, "credits": 1}
+    assert await allowances.refund_credit(pool, job) == 1
+    assert await ledger(pool, job) == ["charge", "refund", "charge", "refund"]
+    assert (await allowances.usage_today(pool, cid))["credits"] == 0
