@@ -15,13 +15,11 @@ from typing import AsyncIterator
 import asyncpg
 from fastapi import Depends, Request
 
+from app.api.bearer import bearer_token, challenge
 from app.api.deps import owner_pool_of
 from app.api.errors import ApiError
 from app.engine.accounts import authenticate
 from app.engine.tenancy import Actor, enter_tenant
-
-_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="api"'}
-
 
 class RequestDb:
     """The request's one connection, shaped like a pool for code written against one:
@@ -38,25 +36,13 @@ class RequestDb:
         return getattr(self._conn, name)
 
 
-def _presented_key(request: Request) -> str:
-    header = request.headers.get("authorization")
-    if not header:
-        raise ApiError(401, "unauthorized", "missing header: Authorization: Bearer <API key>",
-                       headers=_CHALLENGE)
-    scheme, _, token = header.strip().partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(401, "unauthorized", "the Authorization header must be: Bearer <API key>",
-                       headers=_CHALLENGE)
-    return token.strip()
-
-
 async def tenant(request: Request) -> AsyncIterator[Actor]:
     """Authenticate the key, then hold the request's tenant transaction around the route."""
-    key = _presented_key(request)
+    key = bearer_token(request, "api", "<API key>")
     pool = await owner_pool_of(request)
     actor = await authenticate(pool, key)
     if actor is None:
-        raise ApiError(401, "unauthorized", "unknown, revoked or malformed API key", headers=_CHALLENGE)
+        raise ApiError(401, "unauthorized", "unknown, revoked or malformed API key", headers=challenge("api"))
     async with pool.acquire() as conn:
         tr = conn.transaction()
         await tr.start()

@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 
+from app.api.bearer import bearer_token, challenge
 from app.api.errors import ApiError
 from app.api.runtime import DATABASE_ERRORS, DatabaseNotConfigured, Runtime, run_json
 
@@ -33,17 +34,9 @@ def require_cron_secret(request: Request) -> None:
         raise ApiError(503, "cron_secret_not_configured",
                        "CRON_SECRET is not set, so the cron route is disabled; set it "
                        "(or LOCAL_DEV=1 on your own machine)")
-    challenge = {"WWW-Authenticate": 'Bearer realm="cron"'}
-    header = request.headers.get("authorization")
-    if not header:
-        raise ApiError(401, "unauthorized", "missing header: Authorization: Bearer <CRON_SECRET>",
-                       headers=challenge)
-    scheme, _, token = header.strip().partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(401, "unauthorized", "the Authorization header must be: Bearer <CRON_SECRET>",
-                       headers=challenge)
-    if not hmac.compare_digest(token.strip().encode(), secret.encode()):
-        raise ApiError(401, "unauthorized", "wrong cron secret", headers=challenge)
+    token = bearer_token(request, "cron", "<CRON_SECRET>")
+    if not hmac.compare_digest(token.encode(), secret.encode()):
+        raise ApiError(401, "unauthorized", "wrong cron secret", headers=challenge("cron"))
 
 
 def _budget(request: Request, raw: str | None) -> float | None:

@@ -54,38 +54,19 @@ CREATE POLICY tenant ON api_keys USING (app_is_admin() OR user_id = app_user_id(
 ALTER TABLE campaigns ENABLE ROW LEVEL SECURITY;
 CREATE POLICY tenant ON campaigns USING (app_is_admin() OR user_id = app_user_id());
 
--- Ownerless work (maintenance, notifications) is the operator's: admins only.
-ALTER TABLE jobs ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant ON jobs USING (app_is_admin() OR campaign_id IN
-    (SELECT id FROM campaigns WHERE user_id = app_user_id()));
-
-ALTER TABLE batches ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant ON batches USING (app_is_admin() OR campaign_id IN
-    (SELECT id FROM campaigns WHERE user_id = app_user_id()));
-
-ALTER TABLE briefs ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant ON briefs USING (app_is_admin() OR campaign_id IN
-    (SELECT id FROM campaigns WHERE user_id = app_user_id()));
-
-ALTER TABLE pages ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant ON pages USING (app_is_admin() OR campaign_id IN
-    (SELECT id FROM campaigns WHERE user_id = app_user_id()));
-
-ALTER TABLE contacts ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant ON contacts USING (app_is_admin() OR campaign_id IN
-    (SELECT id FROM campaigns WHERE user_id = app_user_id()));
-
-ALTER TABLE drafts ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant ON drafts USING (app_is_admin() OR campaign_id IN
-    (SELECT id FROM campaigns WHERE user_id = app_user_id()));
-
-ALTER TABLE campaign_usage ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant ON campaign_usage USING (app_is_admin() OR campaign_id IN
-    (SELECT id FROM campaigns WHERE user_id = app_user_id()));
-
-ALTER TABLE credit_ledger ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant ON credit_ledger USING (app_is_admin() OR campaign_id IN
-    (SELECT id FROM campaigns WHERE user_id = app_user_id()));
+-- Tables owned through a campaign. Ownerless jobs (maintenance, notifications) are
+-- the operator's: admins only.
+DO $$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['jobs', 'batches', 'briefs', 'pages', 'contacts', 'drafts',
+                             'campaign_usage', 'credit_ledger'] LOOP
+        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
+        EXECUTE format('CREATE POLICY tenant ON %I USING (app_is_admin() OR campaign_id IN '
+                       '(SELECT id FROM campaigns WHERE user_id = app_user_id()))', t);
+    END LOOP;
+END $$;
 
 -- Runs are the whole pipeline's, across tenants: the operator's view.
 ALTER TABLE runs ENABLE ROW LEVEL SECURITY;
