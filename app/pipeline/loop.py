@@ -100,7 +100,6 @@ class Pipeline:
         self._stopping = False
         self._budget_deadline = 0.0
         self._timeouts: set[asyncio.Timeout] = set()
-        self._wake = asyncio.Event()
         self._quiet_until: dict[str, float] = {}
 
     def stop(self, grace: float) -> None:
@@ -111,7 +110,6 @@ class Pipeline:
         for tm in self._timeouts:
             if tm.when() is None or tm.when() > cutoff:
                 tm.reschedule(cutoff)
-        self._wake.set()
 
     async def run(self, trigger: str, budget: float | None = None, hard_limit: float | None = None,
                   idle: IdleWait | None = None) -> RunResult:
@@ -168,7 +166,6 @@ class Pipeline:
             if not claimed:
                 if idle is None or self._stopping:
                     return "time_budget" if self._stopping else "no_work"
-                self._wake.clear()
                 wait = self._budget_deadline - time.monotonic()
                 if wait > 0:
                     await idle(wait)
