@@ -1,13 +1,20 @@
 """python -m bench (make bench): Skiplock's throughput and fair-claim latency.
 
 With no arguments: a throwaway PostgreSQL (or DATABASE_URL's server), then
-  1. drain: 20,000 no-op jobs through 10 overlapping Pipeline.run calls, batch
-     25 / 50 / 100, mixed campaigns and ownerless, median of 3 (bench/drain.py);
-  2. fair-claim latency with 10k / 1M / 10M done jobs of the last day, and the seed's
-     naive fairness CTE at 10k and 1M for comparison (bench/claim_latency.py);
+  1.  drain: 20,000 no-op jobs through 10 overlapping Pipeline.run calls, batch
+      25 / 50 / 100, mixed campaigns and ownerless, each with and without the audit
+      trigger on jobs, interleaved, median of 3 (bench/drain.py);
+  1b. one batch statement by statement on one connection (claim 25, complete 25, an
+      empty claim), with the audit trigger (twice: the control), without it, and with it
+      firing;
+  1c. two claims at once: the second must not come back empty (a regression check);
+  2.  fair-claim latency with 10k / 1M / 10M done jobs of the last day, and the seed's
+      naive fairness CTE at 10k and 1M for comparison (bench/claim_latency.py);
+  3.  fair-claim latency as the number of campaigns with work grows (a known limit);
 then a table on stdout and everything in bench/results/latest.json.
---peers adds pgqueuer 1.6.0 on the same server (bench/peers.py; needs pip access).
-Each part has a time cap; the whole run stays within about ten minutes here."""
+--peers adds pgqueuer 1.6.0 and the bare SKIP LOCKED loop on the same server
+(bench/peers.py; needs pip access once). Each part has a time cap; the whole run takes
+about four minutes here, four and a half with --peers."""
 
 from __future__ import annotations
 
@@ -39,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--shapes", nargs="+", default=["mixed", "ownerless"], choices=["mixed", "ownerless"])
     p.add_argument("--repeats", type=int, default=3, help="drains per setting; the median is reported")
     p.add_argument("--no-diagnostics", action="store_true",
-                   help="skip the diagnostic drain variants (what two possible engine changes are worth)")
+                   help="drain the engine as it is only: no drains without the audit trigger, "
+                        "no per-statement costs, no two-claims check")
     p.add_argument("--drain-cap", type=float, default=240, help="seconds for the whole drain part")
     p.add_argument("--sizes", type=_size, nargs="+", default=[10_000, 1_000_000, 10_000_000],
                    help="done rows for the claim latency (e.g. 10k 1M 10M)")
@@ -83,43 +91,75 @@ async def main(args) -> dict:
             out["drain"] = await _guard(drain.run(
                 server, n=args.n, workers=args.workers, batches=args.batches, shapes=args.shapes,
                 repeats=args.repeats, cap=args.drain_cap, campaigns=100,
-                diagnostics=not args.no_diagnostics, log=_log))
+                audit=not args.no_diagnostics, log=_log), server.meter)
         if args.only in (None, "drain") and not args.no_diagnostics:
-            _log("\n[1b] one batch, statement by statement (one connection, median of 300)")
+            _log("\n[1b] one batch, statement by statement (one connection, median of 300): "
+                 "audit trigger / the same again / none / firing")
             out["statements"] = await _guard(drain.statement_costs(
-                server, campaigns=100, n=args.n, calls=300, log=_log))
+                server, campaigns=100, n=args.n, calls=300, log=_log), server.meter)
         if args.only in (None, "drain") and not args.no_diagnostics:
             _log("\n[1c] two claims at once, the first holding the top lane's last jobs")
-            out["overlap"] = await _guard(drain.overlap_check(server, log=_log))
+            out["overlap"] = await _guard(drain.overlap_check(server, log=_log), server.meter)
         if args.only in (None, "claim"):
             _log(f"\n[2] fair claim of 25: done rows {', '.join(f'{s:,}' for s in args.sizes)}")
             out["claim"] = await _guard(claim_latency.run(
                 server, sizes=args.sizes, pending=20_000, warmup=20, samples=args.samples, rounds=5,
                 naive_sizes=args.naive_sizes, naive_samples=args.samples, naive_cap=45,
-                cap=args.claim_cap, log=_log))
+                cap=args.claim_cap, log=_log), server.meter)
         if args.only in (None, "lanes"):
             _log("\n[3] fair claim of 25 as campaigns grow (20,000 pending, no history)")
             out["lanes"] = await _guard(claim_latency.run_lanes(
                 server, shapes=claim_latency.LANE_SHAPES, pending=20_000, warmup=20,
-                samples=min(args.samples, 100), cap=90, log=_log))
+                samples=min(args.samples, 100), cap=90, log=_log), server.meter)
         if args.peers or args.only == "peers":
-            _log("\n[4] peer: pgqueuer 1.6.0 on the same server")
+            _log("\n[4] peers on the same server: pgqueuer 1.6.0, the bare SKIP LOCKED loop")
             out["peers"] = await _guard(peers.run(
                 server, peers_dir=args.peers_dir, variants=["unlimited", "ep10"], n=args.n,
-                concurrency=args.workers, repeats=args.repeats, cap=300, log=_log))
+                concurrency=args.workers, repeats=args.repeats, cap=300, log=_log), server.meter)
     finally:
         await server.close()
     out["machine"]["load_average_at_end"] = machine.load()
+    out["audit"] = _audit(out)
     return out
 
 
-async def _guard(coro) -> dict:
-    """A part that fails is reported, and the others still run."""
+def _audit(out: dict) -> dict:
+    """Issue 7: the drain with and without the audit trigger on jobs, setting by setting
+    (medians of the interleaved runs), and the statements' costs."""
+    res = out.get("drain", {}).get("results", {})
+    drains = {}
+    for key, r in res.items():
+        if r["variant"] != "loop":
+            continue
+        other = res.get(key.replace(" loop", " no-audit"))
+        if other:
+            drains[f"{r['shape']} batch={r['batch']}"] = {
+                "with_trigger": round(r["jobs_s_median"]), "without_trigger": round(other["jobs_s_median"]),
+                "with_over_without": round(r["jobs_s_median"] / other["jobs_s_median"], 3),
+                "with_all": r["jobs_s_all"], "without_all": other["jobs_s_all"],
+                "cpu_us_per_job_with": r.get("cpu_us_per_job_median"),
+                "cpu_us_per_job_without": other.get("cpu_us_per_job_median")}
+    st = out.get("statements", {}).get("results", {})
+    return {"drain": drains, "statements_ms": st}
+
+
+async def _guard(coro, meter=None) -> dict:
+    """A part that fails is reported, and the others still run. With a meter, the part's
+    result also says who used the CPUs meanwhile (cpu_share)."""
+    before, load = (meter.snapshot() if meter else None), machine.load()
     try:
-        return await coro
+        out = await coro
     except Exception as exc:  # noqa: BLE001
         traceback.print_exc()
-        return {"error": f"{type(exc).__name__}: {exc}"}
+        out = {"error": f"{type(exc).__name__}: {exc}"}
+    if meter and isinstance(out, dict):
+        out["cpu_share"] = meter.share(before, meter.snapshot())
+        out["load_average"] = [load, machine.load()]
+        if out["cpu_share"]:
+            c = out["cpu_share"]
+            _log(f"  (CPUs meanwhile: this client {c['client']:.0%}, the server {c['server']:.0%}, "
+                 f"other processes {c['others']:.0%}, steal {c['steal']:.0%})")
+    return out
 
 
 def _targets(out: dict) -> dict:
@@ -139,6 +179,17 @@ def _targets(out: dict) -> dict:
         ratio = c["10000000"]["p95_ms"] / c["10000"]["p95_ms"]
         t["claim_p95_10M_over_10k"] = {"target": f"<= {TARGET_RATIO_10M}", "value": round(ratio, 2),
                                        "met": ratio <= TARGET_RATIO_10M}
+    st = out.get("statements", {}).get("results", {}).get("mixed")
+    drains = [x for r in d.values() for x in r["runs"]]
+    if st and drains:
+        ratio = st["claim 25 (audit)"] / st["claim 25 (no audit)"]
+        control = st["claim 25 (audit again)"] / st["claim 25 (audit)"] if "claim 25 (audit again)" in st else None
+        rows = sum(x.get("audit_rows_for_jobs", 0) for x in drains)
+        t["audit_on_hot_path"] = {
+            "target": "claim/complete write no audit rows; claim 25 with / without the trigger <= 1.05",
+            "value": round(ratio, 3), "audit_rows_written_by_drains": rows,
+            "control_same_schema_ratio": round(control, 3) if control else None,
+            "met": rows == 0 and ratio <= 1.05}
     return t
 
 
@@ -151,23 +202,30 @@ def _table(out: dict) -> str:
     if d.get("results"):
         lines += ["", f"Drain: {d['n']:,} no-op jobs, {d['workers']} overlapping Pipeline.run, "
                       f"median of {d['repeats']} (jobs/s)",
-                  f"  {'shape':10s} {'batch':>5s}  {'variant':28s} {'drain':>8s}  {'runs':24s} "
-                  f"{'enqueue':>8s}  {'jobs/claim':>10s}  checks"]
+                  f"  {'shape':10s} {'batch':>5s}  {'variant':9s} {'drain':>8s}  {'runs':24s} "
+                  f"{'enqueue':>8s}  {'jobs/claim':>10s}  {'early stops':>11s}  {'CPU us/job':>10s}  "
+                  f"{'others':>11s}  checks"]
         for r in d["results"].values():
             per_claim = sorted(x["jobs_per_claim"] for x in r["runs"])[len(r["runs"]) // 2]
+            early = " ".join(str(x["runs_stopped_early"]) for x in r["runs"])
+            c = r.get("cpu_us_per_job_median")
+            cpu = f"{c['client']:.0f}+{c['server']:.0f}" if c else "-"
+            others = " ".join(f"{x:.0%}" if x is not None else "-" for x in r.get("others_cpu_share_all", []))
             lines.append(
-                f"  {r['shape']:10s} {r['batch']:5d}  {r['variant']:28s} {r['jobs_s_median']:8,.0f}  "
+                f"  {r['shape']:10s} {r['batch']:5d}  {r['variant']:9s} {r['jobs_s_median']:8,.0f}  "
                 f"{' '.join(f'{x:,}' for x in r['jobs_s_all']):24s} {r['enqueue_jobs_s_median']:8,.0f}  "
-                f"{per_claim:10.1f}  {'ok' if r['all_ok'] else 'FAILED'}")
+                f"{per_claim:10.1f}  {early:>11s}  {cpu:>10s}  {others:>11s}  {'ok' if r['all_ok'] else 'FAILED'}")
     elif "error" in d:
         lines.append(f"\nDrain: {d['error']}")
     st = out.get("statements", {})
     if st.get("results"):
-        lines += ["", "One batch, statement by statement, one connection (median ms): default plan caching / forced generic plan"]
+        configs = st.get("configs", [])
+        lines += ["", "One batch, statement by statement, one connection, generic plans (median ms): "
+                      + " / ".join(configs)]
         for shape, r in st["results"].items():
-            lines.append(f"  {shape:10s} claim 25 {r['claim 25 (default)']:.2f} / {r['claim 25 (generic)']:.2f}"
-                         f"   empty claim {r['empty claim (default)']:.2f} / {r['empty claim (generic)']:.2f}"
-                         f"   complete 25 {r['complete 25 (default)']:.2f} / {r['complete 25 (generic)']:.2f}")
+            lines.append(f"  {shape:10s}" + "   ".join(
+                f"{kind} " + " / ".join(f"{r[f'{kind} ({c})']:.3f}" for c in configs)
+                for kind in ("claim 25", "complete 25", "empty claim")))
     ov = out.get("overlap", {})
     if "claim_b" in ov:
         lines += ["", f"Two claims at once: A holds the pro lane's last {ov['claim_a']} jobs, B gets "
@@ -212,6 +270,15 @@ def _table(out: dict) -> str:
                          "(no fairness, no pipeline)")
         if "error" in raw or "skipped" in raw:
             lines.append(f"  bare SKIP LOCKED loop: {(raw.get('error') or raw.get('skipped'))[:200]}")
+    a = out.get("audit", {}).get("drain")
+    if a:
+        lines += ["", "Audit trigger on jobs, drain jobs/s with / without (medians of interleaved runs):"]
+        for k, v in a.items():
+            cw, co = v.get("cpu_us_per_job_with"), v.get("cpu_us_per_job_without")
+            cpu = (f"   CPU us/job (client+server) {cw['client']:.0f}+{cw['server']:.0f} / "
+                   f"{co['client']:.0f}+{co['server']:.0f}" if cw and co else "")
+            lines.append(f"  {k:18s} {v['with_trigger']:8,} / {v['without_trigger']:8,}  "
+                         f"= {v['with_over_without']:.3f}{cpu}")
     t = out.get("targets", {})
     if t:
         lines += ["", "Targets:"]

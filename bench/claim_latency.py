@@ -20,10 +20,12 @@ done rows anyway (they count pending rows and claims).
 
 Measured: one client, the real claim (`app.engine.jobs.claim`, sql/queries/claim.sql)
 of 25, inside BEGIN ... ROLLBACK so every sample sees the same table; client-side
-wall time of the call. Warm-up samples are discarded; the sizes are then sampled in
-interleaved rounds, so a noisy neighbour hits all of them alike. For comparison the seed's
-naive fairness claim (served counted from the day's rows on every claim), adapted to
-this schema, is measured the same way at the smaller sizes.
+wall time of the call, on a connection set up like the pipeline's pool (its server
+settings: plan_cache_mode = force_generic_plan). Warm-up samples are discarded; the
+sizes are then sampled in interleaved rounds, so a noisy neighbour hits all of them
+alike. For comparison the seed's naive fairness claim (served counted from the day's
+rows on every claim), adapted to this schema, is measured the same way at the smaller
+sizes, on a second connection with PostgreSQL's default plan caching, as the seed ran it.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from app.engine.queries import query
 from app.plans import priority_sql
 
 from bench import fixtures
+from bench.server import connect_like_pool
 
 TYPE = "work"
 CAMPAIGNS = 1000
@@ -154,18 +157,22 @@ async def _sample(conn, call, warmup: int, samples: int, cap: float, want: int,
     return _summary(lat) if lat else None
 
 
-async def _explain(conn, sql: str, args: tuple, generic: bool = False) -> str:
+async def _explain(conn, sql: str, args: tuple, mode: str = "force_generic_plan") -> str:
     """EXPLAIN (ANALYZE, BUFFERS) of the statement with these parameter values, rolled back.
 
-    generic: the plan a prepared statement settles on after five runs, if PostgreSQL
-    finds it no worse than the custom ones (asyncpg prepares every statement)."""
+    mode: plan_cache_mode for it. force_generic_plan is what the pipeline's pool runs
+    with; force_custom_plan is the plan made for these very values, what PostgreSQL's
+    default (auto) kept choosing for the claim."""
     tr = conn.transaction()
     await tr.start()
     try:
-        if generic:
-            await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        await conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
         await conn.execute(f"PREPARE bench_explain AS {sql}")
         literals = ", ".join(_literal(a) for a in args)
+        # A plain EXPLAIN first builds (and keeps) the generic plan, so the Planning Time
+        # below is what a call pays on a connection that has run the claim before; a
+        # custom plan is made again for every call either way.
+        await conn.fetch(f"EXPLAIN EXECUTE bench_explain({literals})")
         rows = await conn.fetch(f"EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_explain({literals})")
     finally:
         await tr.rollback()
@@ -248,9 +255,10 @@ class _Target:
         self.rounds: list[dict] = []
 
     async def open(self) -> None:
-        self.conn = await connect(self.dsn)
+        self.conn = await connect_like_pool(self.dsn)
+        self.naive_conn = await connect(self.dsn)
         self.run_id = await self.conn.fetchval(query("run_start"), "bench")
-        self.naive_stmt = await self.conn.prepare(naive_claim_sql())
+        self.naive_stmt = await self.naive_conn.prepare(naive_claim_sql())
 
     async def fair_call(self) -> int:
         return len(await q.claim(self.conn, LEASE, self.run_id, 25))
@@ -310,22 +318,23 @@ async def run(server, *, sizes: list[int], pending: int, warmup: int, samples: i
                 f"{', '.join(f'{x:.2f}' for x in r['round_p95_ms'])})")
         for t in targets:
             if t.size in naive_sizes:
-                r = await _sample(t.conn, t.naive_call, 2, naive_samples, naive_cap, 25)
+                r = await _sample(t.naive_conn, t.naive_call, 2, naive_samples, naive_cap, 25)
                 out["naive"][str(t.size)] = r
                 log(f"    done={t.size:>10,} naive CTE : p50 {r['p50_ms']:6.2f} ms  p95 {r['p95_ms']:6.2f} ms"
                     f"  ({r['samples']} samples)")
         for t in targets:
             args = (TYPE, 25, t.run_id, LEASE.lease_seconds, LEASE.max_attempts)
             out["plans"][f"fair done={t.size}"] = await _explain(t.conn, query("claim"), args)
-            out["plans"][f"fair done={t.size} generic"] = await _explain(
-                t.conn, query("claim"), args, generic=True)
+            out["plans"][f"fair done={t.size} custom"] = await _explain(
+                t.conn, query("claim"), args, mode="force_custom_plan")
             if t.size in naive_sizes:
                 out["plans"][f"naive done={t.size}"] = await _explain(
-                    t.conn, naive_claim_sql(), (TYPE, 25, t.run_id))
+                    t.naive_conn, naive_claim_sql(), (TYPE, 25, t.run_id), mode="auto")
     finally:
         for t in targets:
-            if getattr(t, "conn", None) is not None:
-                await t.conn.close()
+            for c in (getattr(t, "conn", None), getattr(t, "naive_conn", None)):
+                if c is not None:
+                    await c.close()
         for size in sizes:
             await server.drop_database(f"skiplock_bench_claim_{size}")
     out["seconds"] = round(time.monotonic() - started, 1)
@@ -349,14 +358,14 @@ async def run_lanes(server, *, shapes: list[tuple[int, int]], pending: int, warm
                     samples: int, cap: float, log=print) -> dict:
     name = "skiplock_bench_lanes"
     started = time.monotonic()
-    out: dict = {"pending": pending, "results": [], "plans": {}}
+    out: dict = {"pending": pending, "results": [], "plans": {}, "plans_custom": {}}
     try:
         for total, lanes in shapes:
             if time.monotonic() - started > cap:
                 log(f"  lanes: time cap ({cap:.0f} s) reached, skipping campaigns={total:,} lanes={lanes:,}")
                 continue
             dsn = await server.fresh_database(name)
-            conn = await connect(dsn)
+            conn = await connect_like_pool(dsn)
             try:
                 ids = await fixtures.campaigns(conn, total)
                 await conn.execute(LOAD_PENDING_OVER, TYPE, pending, min(lanes, total), ids)
@@ -372,8 +381,10 @@ async def run_lanes(server, *, shapes: list[tuple[int, int]], pending: int, warm
                 out["results"].append(r)
                 log(f"    campaigns={total:>8,} lanes with work={r['lanes_with_work']:>8,}: fair claim p50 "
                     f"{r['p50_ms']:6.2f} ms  p95 {r['p95_ms']:6.2f} ms")
-                out["plans"][f"campaigns={total} lanes={lanes}"] = await _explain(
-                    conn, query("claim"), (TYPE, 25, run_id, LEASE.lease_seconds, LEASE.max_attempts))
+                args = (TYPE, 25, run_id, LEASE.lease_seconds, LEASE.max_attempts)
+                out["plans"][f"campaigns={total} lanes={lanes}"] = await _explain(conn, query("claim"), args)
+                out["plans_custom"][f"campaigns={total} lanes={lanes}"] = await _explain(
+                    conn, query("claim"), args, mode="force_custom_plan")
             finally:
                 await conn.close()
     finally:

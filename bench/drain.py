@@ -4,8 +4,9 @@ Per run: empty queue, enqueue N no-op jobs with `enqueue_many` (one statement; t
 VACUUM ANALYZE (what autovacuum does to a table that just grew), then start C
 overlapping `Pipeline(pool, [noop stage], settings).run(trigger="bench")` calls that
 share one pool, like C cron invocations landing at once. Each run is the real thing:
-runs row, start-of-run housekeeping, the pipeline's own stages (maintenance, notify)
-claimed before the user's stage after every batch, the fair claim
+runs row, start-of-run housekeeping, the pipeline's own stages (maintenance, notify:
+claimed ahead of the user's stage, then again only once a second while found empty,
+and once more before a run says no_work), the fair claim
 (`sql/queries/claim.sql`), bulk completion. t0 = just before the runs start, t1 = when
 the last one has returned (each returns when a claim round finds no work).
 jobs/s = N / (t1 - t0). Afterwards every no-op job must be `done` with attempts = 1,
@@ -14,13 +15,12 @@ and the runs rows must add up to N.
 Shapes: `mixed` = the jobs dealt round-robin over 100 campaigns (plans cycling free,
 standard, pro) and the ownerless lane; `ownerless` = all in the ownerless lane.
 
-Variants other than `loop` are diagnostics, not headlines; each changes one thing
-the engine could change, to show what it is worth (see docs/performance.md):
-  user-stage-only  the pipeline's own stages (maintenance, notify) taken out of the
-                   run's stage list: what their two empty claims per batch cost;
-  generic-plan     the pool's connections run with plan_cache_mode=force_generic_plan:
-                   what re-planning the claim on every call costs;
-  generic-plan+user-stage-only  both.
+Variants: `loop` is the database as migrated; `no-audit` is the same with the audit
+trigger on jobs disabled (`ALTER TABLE jobs DISABLE TRIGGER audit`, right after the
+TRUNCATE that starts each run, and enabled again for `loop`). The pipeline never sets
+a user or admin actor, so the trigger's WHEN clause is false for every claim and
+completion; the pair shows what evaluating it costs the drain (issue 7: the hot path
+must not pay for auditing). Both run at every setting, interleaved.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import uuid
 from app.engine import jobs as q
 from app.engine.db import create_pool
 from app.engine.jobs import NewJob
+from app.pipeline import loop
 from app.pipeline.loop import Pipeline
 from app.pipeline.stage import Stage
 from app.settings import load_settings
@@ -60,19 +61,32 @@ async def _reset(pool) -> None:
     await pool.execute(f"TRUNCATE {', '.join(tables)} CASCADE")
 
 
-VARIANTS = ("loop", "user-stage-only", "generic-plan", "generic-plan+user-stage-only")
+VARIANTS = ("loop", "no-audit")
 
 
-def _pipeline(pool, stage: Stage, settings, variant: str) -> Pipeline:
-    p = Pipeline(pool, [stage], settings)
-    if "user-stage-only" in variant:
-        p.stages = [stage]
-    return p
+async def _audit_trigger(db, on: bool) -> str:
+    """Enable or disable the audit trigger on jobs; returns pg_trigger.tgenabled (O: on,
+    D: disabled), or 'absent' if this schema has no such trigger."""
+    state = await db.fetchval(
+        "SELECT tgenabled::text FROM pg_trigger WHERE tgrelid = 'jobs'::regclass AND tgname = 'audit'")
+    if state is None:
+        return "absent"
+    await db.execute(f"ALTER TABLE jobs {'ENABLE' if on else 'DISABLE'} TRIGGER audit")
+    return await db.fetchval(
+        "SELECT tgenabled::text FROM pg_trigger WHERE tgrelid = 'jobs'::regclass AND tgname = 'audit'")
+
+
+async def _audit_rows(db) -> int:
+    if not await db.fetchval("SELECT to_regclass('audit_log') IS NOT NULL"):
+        return 0
+    return await db.fetchval("SELECT count(*) FROM audit_log WHERE table_name = 'jobs'")
 
 
 async def _one(pool, settings, lanes, n: int, workers: int, batch: int, cap: float,
-               variant: str) -> dict:
+               variant: str, meter) -> dict:
     await _reset(pool)
+    trigger = await _audit_trigger(pool, on=variant != "no-audit")
+    audit_before = await _audit_rows(pool)
     jobs = [NewJob(type=TYPE, campaign_id=lanes[i % len(lanes)]) for i in range(n)]
     t = time.perf_counter()
     ids = await q.enqueue_many(pool, jobs)
@@ -81,11 +95,13 @@ async def _one(pool, settings, lanes, n: int, workers: int, batch: int, cap: flo
     await pool.execute("VACUUM ANALYZE jobs, job_lanes, job_lane_hours")
 
     stage = Stage(type=TYPE, handler=noop, batch=batch, concurrency=1, lease=300, timeout=60)
-    pipelines = [_pipeline(pool, stage, settings, variant) for _ in range(workers)]
+    pipelines = [Pipeline(pool, [stage], settings) for _ in range(workers)]
+    cpu0 = meter.snapshot()
     t0 = time.perf_counter()
     results = await asyncio.wait_for(
         asyncio.gather(*(p.run(trigger="bench") for p in pipelines)), timeout=cap)
     wall = time.perf_counter() - t0
+    cpu = meter.share(cpu0, meter.snapshot())
 
     row = await pool.fetchrow(
         "SELECT count(*) AS total, count(*) FILTER (WHERE status = 'done') AS done, "
@@ -99,13 +115,20 @@ async def _one(pool, settings, lanes, n: int, workers: int, batch: int, cap: flo
         "SELECT (SELECT count(*) FROM jobs j WHERE j.type = $1 AND j.locked_at > r.finished_at) AS n "
         "FROM runs r", TYPE)
     early = sorted((r["n"] for r in later if r["n"] > 0), reverse=True)
+    audit_rows = await _audit_rows(pool) - audit_before
     reasons = sorted({r.stop_reason for r in results})
     errors = sorted({e for r in results for e in ([r.error] if r.error else [])
                      + list(r.summary.get("errors", []))})[:5]
     ok = (row["total"] == n and row["done"] == n and row["attempts_ne_1"] == 0
-          and runs_done == n and reasons == ["no_work"] and not errors)
+          and runs_done == n and reasons == ["no_work"] and not errors and audit_rows == 0)
     return {
-        "ok": ok, "jobs_s": n / wall, "wall_s": wall, "enqueue_s": enqueue_s,
+        "ok": ok, "audit_trigger": trigger, "audit_rows_for_jobs": audit_rows,
+        "jobs_s": n / wall, "wall_s": wall, "cpu_share": cpu,
+        # CPU time per job, this client's and the server's: steadier than jobs/s on a
+        # shared box, since a neighbour takes wall time but not (much) CPU time from us
+        "cpu_us_per_job": ({"client": round(cpu["client_s"] / n * 1e6),
+                            "server": round(cpu["server_s"] / n * 1e6)} if cpu else None),
+        "enqueue_s": enqueue_s,
         "enqueue_jobs_s": n / enqueue_s, "done": row["done"],
         "attempts_ne_1": row["attempts_ne_1"], "runs_jobs_done": runs_done,
         "stop_reasons": reasons, "errors": errors, "claims": claims,
@@ -115,48 +138,64 @@ async def _one(pool, settings, lanes, n: int, workers: int, batch: int, cap: flo
     }
 
 
+def _cpu_median(rs: list[dict]) -> dict | None:
+    per = [r["cpu_us_per_job"] for r in rs if r.get("cpu_us_per_job")]
+    if not per:
+        return None
+    return {k: statistics.median(x[k] for x in per) for k in ("client", "server")}
+
+
+def _swap_pairs(plan: list, k: int) -> list:
+    """The plan with each setting's k variants in reverse order."""
+    return [x for i in range(0, len(plan), k) for x in reversed(plan[i:i + k])]
+
+
 async def run(server, *, n: int, workers: int, batches: list[int], shapes: list[str],
-              repeats: int, cap: float, campaigns: int, diagnostics: bool = True,
+              repeats: int, cap: float, campaigns: int, audit: bool = True,
               log=print) -> dict:
     name = "skiplock_bench_drain"
     dsn = await server.fresh_database(name)
-    pool = await create_pool(dsn, size=workers)
-    # asyncpg passes unknown DSN parameters on as server settings
-    sep = "&" if "?" in dsn else "?"
-    generic_pool = await create_pool(f"{dsn}{sep}plan_cache_mode=force_generic_plan", size=workers)
+    pool = await create_pool(dsn, size=workers)  # the pipeline's pool, its settings included
     # The budget is the sub-benchmark's cap: a run that hits it did not drain, and the
     # checks below say so.
     settings = load_settings(database_url=dsn, pipeline_budget_seconds=cap,
                              platform_limit_seconds=cap + 60, finish_margin_seconds=10)
     out: dict = {"n": n, "workers": workers, "campaigns": campaigns, "repeats": repeats,
                  "pool_size": workers, "stage": {"batch": batches, "concurrency": 1},
+                 "pool_plan_cache_mode": await pool.fetchval("SHOW plan_cache_mode"),
+                 "internal_recheck_seconds": getattr(loop, "INTERNAL_RECHECK_SECONDS", None),
                  "results": {}}
-    plan = [(shape, batch, "loop") for shape in shapes for batch in batches]
-    if diagnostics:
-        plan += [(shape, min(batches), v) for v in VARIANTS[1:] for shape in shapes]
+    # loop and no-audit side by side at every setting
+    variants = VARIANTS if audit else VARIANTS[:1]
+    plan = [(shape, batch, v) for shape in shapes for batch in batches for v in variants]
     started = time.monotonic()
     runs: dict[tuple, list[dict]] = {key: [] for key in plan}
     try:
         async with pool.acquire() as conn:
             campaign_ids = await fixtures.campaigns(conn, campaigns)
         # Repeats outermost: every setting is measured once per pass, so a noisy
-        # neighbour (this is a shared 2-core box) spreads over all of them alike.
+        # neighbour (this is a shared 2-core box) spreads over all of them alike; the
+        # two variants of a setting run back to back, in turn first and second.
         for i in range(repeats):
-            for shape, batch, variant in plan:
+            order = plan if i % 2 == 0 else _swap_pairs(plan, len(variants))
+            for shape, batch, variant in order:
                 left = cap - (time.monotonic() - started)
                 if left <= 5:
                     log(f"  drain: time cap ({cap:.0f} s) reached, skipping {shape} batch={batch} "
                         f"{variant} run {i + 1}")
                     continue
-                r = await _one(generic_pool if "generic-plan" in variant else pool, settings,
-                               _lanes(shape, campaign_ids), n, workers, batch, left, variant)
+                r = await _one(pool, settings, _lanes(shape, campaign_ids), n, workers, batch,
+                               left, variant, server.meter)
                 runs[(shape, batch, variant)].append(r)
-                log(f"  drain {shape:9s} batch={batch:<3d} {variant:28s} run {i + 1}: "
+                log(f"  drain {shape:9s} batch={batch:<3d} {variant:8s} run {i + 1}: "
                     f"{r['jobs_s']:7,.0f} jobs/s  (enqueue {r['enqueue_jobs_s']:7,.0f} jobs/s)  "
                     f"{r['jobs_per_claim']:5.1f} jobs/claim  {r['runs_stopped_early']} runs stopped early"
+                    + (f"  CPU per job: client {c['client']} us, server {c['server']} us;"
+                       f" others used {r['cpu_share']['others']:.0%} of the CPUs"
+                       if (c := r["cpu_us_per_job"]) else "")
                     + ("" if r["ok"] else "  CHECKS FAILED: " + ", ".join(
                         f"{k}={r[k]}" for k in ("done", "attempts_ne_1", "runs_jobs_done",
-                                                "stop_reasons", "errors"))))
+                                                "stop_reasons", "errors", "audit_rows_for_jobs"))))
         for (shape, batch, variant), rs in runs.items():
             if not rs:
                 continue
@@ -168,45 +207,74 @@ async def run(server, *, n: int, workers: int, batches: list[int], shapes: list[
                 "enqueue_jobs_s_median": statistics.median(r["enqueue_jobs_s"] for r in rs),
                 "enqueue_jobs_s_all": [round(r["enqueue_jobs_s"]) for r in rs],
                 "all_ok": all(r["ok"] for r in rs),
+                "cpu_us_per_job_median": _cpu_median(rs),
+                "others_cpu_share_all": [r["cpu_share"]["others"] if r["cpu_share"] else None for r in rs],
                 "runs": rs,
             }
     finally:
         await pool.close()
-        await generic_pool.close()
         await server.drop_database(name)
     out["seconds"] = round(time.monotonic() - started, 1)
     return out
 
 
+# statement_costs: one database per configuration, each set up the same way.
+#   audit         as migrated: the pipeline's connection sets no actor, so the audit
+#                 trigger's WHEN is false for every row (what production does);
+#   audit again   the same in a second database: the control, how far two identical
+#                 databases' medians drift apart (the noise floor of this comparison);
+#   no audit      the audit trigger on jobs dropped;
+#   audit firing  as migrated, but the connection says it acts for a user
+#                 (app.current_actor_kind = 'user'), so every claimed and completed row
+#                 is written to audit_log: what the WHEN keeps out of the hot path.
+STATEMENT_CONFIGS = ("audit", "audit again", "no audit", "audit firing")
+
+
 async def statement_costs(server, *, campaigns: int, n: int, calls: int, log=print) -> dict:
     """What one batch costs the database, statement by statement, on one connection with
-    no concurrency: the claim of 25, an empty claim (what each of the pipeline's own
-    stages costs when it has nothing, after every batch), the completion of 25. Each
-    with PostgreSQL's default plan caching and with plan_cache_mode=force_generic_plan,
-    interleaved call by call."""
-    from app.engine.db import connect
+    no concurrency and the pool's settings (generic plans): the claim of 25, the
+    completion of 25, and an empty claim (what a look at an idle internal stage costs).
+    In each of STATEMENT_CONFIGS, interleaved call by call (each first in turn); median
+    of `calls`."""
     from app.engine.jobs import Lease
     from app.engine.queries import query
 
-    name = "skiplock_bench_statements"
-    dsn = await server.fresh_database(name)
-    conns = {"default": await connect(dsn), "generic": await connect(dsn)}
-    await conns["generic"].execute("SET plan_cache_mode = force_generic_plan")
-    out: dict = {"calls": calls, "results": {}}
+    from bench.server import connect_like_pool
+
+    started = time.monotonic()
+    n = max(n, calls * 25 + 1000)  # every call claims (and completes) 25 in each database
+    names = {c: f"skiplock_bench_statements_{i}" for i, c in enumerate(STATEMENT_CONFIGS)}
+    conns: dict = {}
+    out: dict = {"calls": calls, "jobs": n, "configs": list(STATEMENT_CONFIGS), "results": {},
+                 "audit_rows": {}}
     try:
-        conn = conns["default"]
-        campaign_ids = await fixtures.campaigns(conn, campaigns)
+        for config, name in names.items():
+            conn = conns[config] = await connect_like_pool(await server.fresh_database(name))
+            if config == "no audit":
+                await conn.execute("DROP TRIGGER audit ON jobs")
+        out["plan_cache_mode"] = await conns["audit"].fetchval("SHOW plan_cache_mode")
+        lanes_by = {c: await fixtures.campaigns(conn, campaigns) for c, conn in conns.items()}
         lease, empty = Lease(TYPE, 300, 3), Lease("maintenance", 600, 3)
         for shape in ("mixed", "ownerless"):
-            await _reset(conn)
-            lanes = _lanes(shape, campaign_ids)
-            await q.enqueue_many(conn, [NewJob(type=TYPE, campaign_id=lanes[i % len(lanes)])
-                                        for i in range(n)])
-            await conn.execute("VACUUM ANALYZE jobs, job_lanes, job_lane_hours")
-            run_id = await conn.fetchval(query("run_start"), "bench")
+            runs = {}
+            for config, conn in conns.items():
+                await conn.execute("SELECT set_config('app.current_actor_kind', '', false)")
+                await _reset(conn)
+                lanes = _lanes(shape, lanes_by[config])
+                await q.enqueue_many(conn, [NewJob(type=TYPE, campaign_id=lanes[i % len(lanes)])
+                                            for i in range(n)])
+                await conn.execute("VACUUM ANALYZE jobs, job_lanes, job_lane_hours")
+                runs[config] = await conn.fetchval(query("run_start"), "bench")
+                if config == "audit firing":
+                    await conn.execute("SELECT set_config('app.current_actor_kind', 'user', false), "
+                                       "set_config('app.current_actor_id', 'bench', false)")
+            audit_before = {c: await _audit_rows(conn) for c, conn in conns.items()}
             t: dict[str, list[float]] = {}
-            for _ in range(calls):
-                for mode, c in conns.items():
+            order = list(conns)
+            for i in range(calls):
+                k = i % len(order)
+                for config in order[k:] + order[:k]:  # each goes first in turn
+                    c, run_id = conns[config], runs[config]
                     a = time.perf_counter()
                     got = await q.claim(c, lease, run_id, 25)
                     b = time.perf_counter()
@@ -214,28 +282,39 @@ async def statement_costs(server, *, campaigns: int, n: int, calls: int, log=pri
                     d = time.perf_counter()
                     await q.claim(c, empty, run_id, 4)
                     e = time.perf_counter()
-                    t.setdefault(f"claim 25 ({mode})", []).append(b - a)
-                    t.setdefault(f"complete 25 ({mode})", []).append(d - b)
-                    t.setdefault(f"empty claim ({mode})", []).append(e - d)
+                    if len(got) != 25:
+                        raise AssertionError(f"{config}: claim returned {len(got)} jobs")
+                    t.setdefault(f"claim 25 ({config})", []).append(b - a)
+                    t.setdefault(f"complete 25 ({config})", []).append(d - b)
+                    t.setdefault(f"empty claim ({config})", []).append(e - d)
             res = {k: round(statistics.median(v) * 1000, 3) for k, v in t.items()}
             out["results"][shape] = res
-            log(f"  {shape:9s} median ms: " + ", ".join(f"{k} {v:.2f}" for k, v in res.items()))
+            out["audit_rows"][shape] = {c: await _audit_rows(conn) - audit_before[c]
+                                        for c, conn in conns.items()}
+            for kind in ("claim 25", "complete 25", "empty claim"):
+                log(f"  {shape:9s} {kind:11s} median ms: " + "  ".join(
+                    f"{c} {res[f'{kind} ({c})']:.3f}" for c in STATEMENT_CONFIGS))
+            log(f"  {shape:9s} audit_log rows written for jobs: " + ", ".join(
+                f"{c} {v:,}" for c, v in out["audit_rows"][shape].items()))
     finally:
         for c in conns.values():
             await c.close()
-        await server.drop_database(name)
+        for name in names.values():
+            await server.drop_database(name)
+    out["seconds"] = round(time.monotonic() - started, 1)
     return out
 
 
 async def overlap_check(server, log=print) -> dict:
     """Two claims at the same moment. A pro campaign has 25 ready jobs, a standard and a
     free campaign 1,000 each. Claim A takes the 25 pro jobs and has not committed yet
-    when claim B runs. B should get 25 jobs of the next lanes; if it gets none, its
-    run stops with `no_work` while 2,000 jobs are ready (what `runs stopped early` in
-    the mixed drains counts)."""
-    from app.engine.db import connect
+    when claim B runs. B should get 25 jobs of the next lanes (the heads probe skips
+    locked rows since c9cc411); if it gets none, its run stops with `no_work` while
+    2,000 jobs are ready (what `runs stopped early` in the mixed drains counts)."""
     from app.engine.jobs import Lease
     from app.engine.queries import query
+
+    from bench.server import connect_like_pool as connect
 
     name = "skiplock_bench_overlap"
     dsn = await server.fresh_database(name)
