@@ -66,6 +66,9 @@ async def pool(dsn):
     await p.close()
 
 
+_all_tables: list[str] = []  # read once: the schema does not change mid-session
+
+
 @pytest.fixture(autouse=True)
 async def clean(request):
     """Empty every table (every migration's, without a list to keep up) before each test
@@ -74,10 +77,11 @@ async def clean(request):
         yield
         return
     p = request.getfixturevalue("pool")
-    tables = await p.fetchval(
-        "SELECT string_agg(quote_ident(tablename), ', ') FROM pg_tables "
-        "WHERE schemaname = 'public' AND tablename <> 'schema_migrations'")
-    await p.execute(f"TRUNCATE {tables} CASCADE")
+    if not _all_tables:
+        _all_tables.append(await p.fetchval(
+            "SELECT string_agg(quote_ident(tablename), ', ') FROM pg_tables "
+            "WHERE schemaname = 'public' AND tablename <> 'schema_migrations'"))
+    await p.execute(f"TRUNCATE {_all_tables[0]} CASCADE")
     yield
 
 

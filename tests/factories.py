@@ -9,15 +9,14 @@ from app.engine import accounts
 from app.engine import jobs as q
 from app.engine.jobs import Lease, NewJob
 from app.engine.runs import start_run
-from app.engine.tenancy import Actor, act_as
+from app.engine.tenancy import Actor, acting
 
 TEST_ACTOR = Actor("system", "tests")
 
 
 async def as_system(db, sql: str, *args):
     """Run one audited write (users, plans, campaigns, keys) as the actor `system`."""
-    async with db.acquire() as conn, conn.transaction():
-        await act_as(conn, TEST_ACTOR)
+    async with acting(db, TEST_ACTOR) as conn:
         return await conn.fetchval(sql, *args)
 
 
@@ -37,8 +36,7 @@ async def campaign(db, owner: uuid.UUID | None = None, status: str = "active", n
 
 async def api_key(db, email: str, admin: bool = False, plan: str = "free") -> str:
     """A user (created when new) with a fresh API key; returns the key."""
-    async with db.acquire() as conn, conn.transaction():
-        await act_as(conn, TEST_ACTOR)
+    async with acting(db, TEST_ACTOR) as conn:
         await accounts.add_user(conn, email, plan)
         return (await accounts.create_key(conn, email, admin)).key
 

@@ -18,7 +18,7 @@ from app.api.deps import pool_of
 from app.api.errors import ApiError
 from app.api.pagination import ListQuery, enum_param, word_param
 from app.api.params import only_params
-from app.engine import run_log
+from app.engine import runs as run_log
 
 router = APIRouter(tags=["runs"])
 

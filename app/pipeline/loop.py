@@ -147,10 +147,11 @@ class Pipeline:
             jobs_failed=row["jobs_failed"], jobs_deferred=row["jobs_deferred"],
             units=row["quota_units"], summary=row["summary"], error=row["error"],
             started_at=row["started_at"], finished_at=row["finished_at"])
-        log.info(json.dumps({"event": "run", "runId": str(run_id), "trigger": trigger,
-                             "stopReason": result.stop_reason, "jobsDone": result.jobs_done,
-                             "jobsFailed": result.jobs_failed, "jobsDeferred": result.jobs_deferred,
-                             "units": result.units, "error": error}))
+        if log.isEnabledFor(logging.INFO):
+            log.info(json.dumps({"event": "run", "runId": str(run_id), "trigger": trigger,
+                                 "stopReason": result.stop_reason, "jobsDone": result.jobs_done,
+                                 "jobsFailed": result.jobs_failed, "jobsDeferred": result.jobs_deferred,
+                                 "units": result.units, "error": error}))
         return result
 
     async def _loop(self, ctx: Context, hard_deadline: float, idle: IdleWait | None) -> str:
@@ -290,8 +291,9 @@ class Pipeline:
         t.deferred += len(deferred)
         t.failed += failed
         t.gave_up += gave_up
-        log.info(json.dumps({"event": "batch", "runId": str(ctx.run_id), "stage": stage.type,
-                             "done": len(done), "failed": failed, "deferred": len(deferred)}))
+        if log.isEnabledFor(logging.INFO):
+            log.info(json.dumps({"event": "batch", "runId": str(ctx.run_id), "stage": stage.type,
+                                 "done": len(done), "failed": failed, "deferred": len(deferred)}))
 
 
 async def run_pipeline(pool, stages: list[Stage], *, trigger: str, budget: float | None = None,
