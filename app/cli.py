@@ -19,7 +19,7 @@ from app.engine.db import connect, create_pool
 from app.engine.migrate import migrate
 from app.pipeline.loop import run_pipeline
 from app.pipeline.registry import StageConfigError, load_stages
-from app.plans import PLANS
+from app.outreach.plans import PLANS
 from app.settings import Settings, SettingsError, get_settings
 
 
@@ -135,12 +135,12 @@ async def _worker(settings: Settings, dsn: str) -> None:
 
 
 async def _campaign_add(args, settings: Settings, dsn: str) -> dict:
-    from app.stages.brief import BRIEF
-    from app.stages.campaigns import CampaignInputError, add_campaign
+    from app.outreach.brief import BRIEF
+    from app.outreach.campaigns import CampaignInputError, add_campaign
 
     known = [s.type for s in load_stages(settings.pipeline_stages)]
     if BRIEF not in known:
-        raise CliError(f"a campaign starts the example pipeline (app.stages:STAGES), but PIPELINE_STAGES="
+        raise CliError(f"a campaign starts the example pipeline (app.outreach:STAGES), but PIPELINE_STAGES="
                        f"{settings.pipeline_stages} has no {BRIEF!r} stage, so nothing would run it")
     pool = await create_pool(dsn, 2)
     try:
@@ -161,8 +161,8 @@ def _table(rows: list[list[str]]) -> str:
 
 
 async def _contacts(args, dsn: str) -> str:
-    from app.engine.campaigns import get_campaign, list_contacts
-    from app.stages.urls import path_of
+    from app.outreach.store import get_campaign, list_contacts
+    from app.outreach.urls import path_of
 
     campaign_id = _campaign(args.campaign_id, "")
     conn = await connect(dsn)

@@ -10,7 +10,7 @@ import json
 from app.engine import accounts
 from app.engine.db import connect
 from app.engine.tenancy import Actor, act_as
-from app.plans import PLANS
+from app.outreach.plans import PLANS
 
 CLI_ACTOR = Actor("system", "cli")
 
@@ -32,7 +32,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 async def run(args, dsn: str, fail) -> str:
     """The command's output line; `fail(message)` raises the CLI's one-line error."""
-    from app.stages.campaigns import CampaignInputError, check_email
+    from app.outreach.campaigns import CampaignInputError, check_email
 
     conn = await connect(dsn)
     try:

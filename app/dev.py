@@ -32,7 +32,7 @@ from app.engine.tenancy import Actor, acting
 from app.engine.migrate import migrate
 from app.logs import configure_logging
 from app.settings import Settings, SettingsError, load_settings
-from app.stages.sample import install_demo
+from app.outreach.sample import install_demo
 
 log = logging.getLogger("skiplock.dev")
 

@@ -17,7 +17,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore")
 
     database_url: str | None = Field(None, description="PostgreSQL DSN; unset: the local embedded server")
-    pipeline_stages: str = Field("app.stages:STAGES", description="module:NAME of the ordered stage list")
+    pipeline_stages: str = Field("app.outreach:STAGES", description="module:NAME of the ordered stage list")
     pipeline_budget_seconds: float = Field(220.0, gt=0, description="stop claiming after this long")
     platform_limit_seconds: float = Field(300.0, gt=0, description="the host kills the invocation here")
     finish_margin_seconds: float = Field(
@@ -90,7 +90,7 @@ class Settings(BaseSettings):
             raise ValueError("PIPELINE_STAGES must look like package.module:NAME")
         return self
 
-    # The example pipeline (app/stages/): fetching, the shared quota, drafts.
+    # The example pipeline (app/outreach/): fetching, the shared quota, drafts.
     fetch_timeout_seconds: float = Field(
         10.0, gt=0, le=25, description="one page fetch, redirects included, gives up after this long "
                                        "(robots.txt gets as long again: both fit the crawl stage's 60 s)")

@@ -42,7 +42,7 @@ from app.engine import jobs as q
 from app.engine.db import connect
 from app.engine.jobs import Lease
 from app.engine.queries import query
-from app.plans import priority_sql
+from app.outreach.plans import priority_sql
 
 from bench import fixtures
 from bench.server import connect_like_pool

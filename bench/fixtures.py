@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from app.plans import PLANS
+from app.outreach.plans import PLANS
 
 
 async def campaigns(conn, n: int) -> list[uuid.UUID]:

@@ -127,7 +127,7 @@ async def test_cancel_stops_unstarted_work_and_leaves_running_work_alone(pool):
 
 
 async def test_cancelling_a_batch_refunds_a_job_that_had_paid(pool):
-    from app.engine import allowances
+    from app.outreach import allowances
     c = await campaign(pool)
     out = await b.create_batch(pool, c, [BatchRequest("draft")])
     job = out.created["draft"]

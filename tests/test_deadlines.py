@@ -9,7 +9,7 @@ from app.engine.jobs import Job
 from app.pipeline.loop import Pipeline
 from app.pipeline.stage import Context, Tally
 from app.settings import load_settings
-from app.stages.deadlines import DEADLINE_STAGE, check_deadline, resolve_deadline, start_deadline
+from app.outreach.deadlines import DEADLINE_STAGE, check_deadline, resolve_deadline, start_deadline
 
 SETTINGS = load_settings(database_url="postgresql://unused")
 

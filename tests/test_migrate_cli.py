@@ -92,7 +92,7 @@ async def test_cli_bad_input_is_one_readable_line(dsn, args, needle):
     ({"PIPELINE_BUDGET_SECONDS": "400"}, "must fit inside PLATFORM_LIMIT_SECONDS"),
     ({"PIPELINE_STAGES": "nowhere.at.all:STAGES"}, "cannot import 'nowhere.at.all'"),
     ({"PIPELINE_STAGES": "tests.sample_stages:MISSING"}, "has no 'MISSING'"),
-    ({"PIPELINE_STAGES": "app.plans:PLANS"}, "is not a Stage"),
+    ({"PIPELINE_STAGES": "app.outreach.plans:PLANS"}, "is not a Stage"),
 ])
 async def test_cli_bad_settings_are_one_readable_line(dsn, env, needle):
     one_line_error(cli("run-once", env=env, dsn=dsn), needle)

@@ -19,7 +19,7 @@ from app.api.errors import ApiError
 from app.api.pagination import ListQuery, Param, enum_param, uuid_param
 from app.api.params import only_params
 from app.engine import job_admin
-from app.engine.allowances import refund_credit
+from app.outreach.allowances import refund_credit
 from app.engine.jobs import NewJob, enqueue
 
 router = APIRouter(tags=["jobs"])

@@ -16,7 +16,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import audit, batches, campaigns, cron, errors, health, jobs, openapi, runs
+from app.api import audit, batches, cron, errors, health, jobs, openapi, runs
+from app.outreach import routes as campaigns
 from app.api.auth import TENANT
 from app.api.idempotency import Idempotency
 from app.api.ratelimit import RateLimit

@@ -9,7 +9,7 @@ from typing import Any
 
 import asyncpg
 
-from app.engine.allowances import refund_credit
+from app.outreach.allowances import refund_credit
 from app.engine.jobs import NewJob, enqueue_many_rows
 from app.engine.queries import query
 

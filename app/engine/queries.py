@@ -5,8 +5,6 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from app.plans import priority_sql
-
 SQL_DIR = Path(__file__).resolve().parent.parent.parent / "sql"
 
 
@@ -15,6 +13,7 @@ def query(name: str) -> str:
     path = SQL_DIR / "queries" / f"{name}.sql"
     text = path.read_text()
     if "{priority}" in text:
+        from app.outreach.plans import priority_sql  # transitional: goes with generic lanes
         text = text.replace("{priority}", priority_sql())
     return text
 

@@ -6,7 +6,7 @@ CREATE TABLE users (
     created_at  timestamptz NOT NULL DEFAULT now()
 );
 
--- A user's plan. The plans themselves (priority, allowances) live in app/plans.py.
+-- A user's plan. The plans themselves (priority, allowances) live in app/outreach/plans.py.
 CREATE TABLE subscriptions (
     user_id     uuid PRIMARY KEY REFERENCES users (id) ON DELETE CASCADE,
     plan        text NOT NULL,

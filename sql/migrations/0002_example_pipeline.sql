@@ -1,4 +1,4 @@
--- The example pipeline (app/stages/): site -> brief -> crawl -> contacts -> drafts,
+-- The example pipeline (app/outreach/): site -> brief -> crawl -> contacts -> drafts,
 -- with the shared quota ledger, per-campaign daily allowances and the credits ledger.
 
 -- What the brief stage learned from a campaign's home page. One per campaign.

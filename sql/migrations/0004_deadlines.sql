@@ -1,4 +1,4 @@
--- The due-time example (app/stages/deadlines.py): an SLA-style deadline whose breach is
+-- The due-time example (app/outreach/deadlines.py): an SLA-style deadline whose breach is
 -- latched exactly once, by a job that becomes due at the deadline.
 CREATE TABLE deadlines (
     id           uuid PRIMARY KEY DEFAULT gen_random_uuid(),

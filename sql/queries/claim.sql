@@ -6,7 +6,7 @@
 -- claim reads one small row per lane with work and never the done history.
 -- Within one claim a lane's k-th job counts as served + k: claiming 25 at once
 -- interleaves campaigns exactly as 25 claims of one would.
--- {priority} is the CASE expression generated from PLANS (app/plans.py).
+-- {priority} is the CASE expression generated from PLANS (app/outreach/plans.py).
 WITH stale AS (
     -- jobs whose holder died: lease expired, attempts left
     SELECT j.id

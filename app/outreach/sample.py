@@ -1,4 +1,4 @@
-"""The sample site that ships with the project (app/stages/sample_site/): a dozen static
+"""The sample site that ships with the project (app/outreach/sample_site/): a dozen static
 pages of a made-up outdoor brand with contacts to find, a broken link, an off-site link,
 a same-site redirect (/blog -> /blog/) and a staff area that robots.txt disallows.
 
@@ -72,8 +72,8 @@ def sample_site_url(settings) -> str:
 async def install_demo(app, pool, settings) -> uuid.UUID | None:
     """Local dev mode: serve the sample site from `app`, and seed one demo campaign for it
     when the database has no campaign, so the first run crawls it with no network."""
-    from app.stages.brief import BRIEF
-    from app.stages.campaigns import seed_demo
+    from app.outreach.brief import BRIEF
+    from app.outreach.campaigns import seed_demo
 
     mount_sample_site(app, SAMPLE_PATH)
     url = sample_site_url(settings)

@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from app.stages.campaigns import seed_demo
-from app.stages.sample import sample_site_app
-from tests.stages.conftest import run
-from tests.stages.servers import ServerThread
+from app.outreach.campaigns import seed_demo
+from app.outreach.sample import sample_site_app
+from tests.outreach.conftest import run
+from tests.outreach.servers import ServerThread
 from tests.test_migrate_cli import cli, one_line_error
 
-EXAMPLE = {"PIPELINE_STAGES": "app.stages:STAGES"}
+EXAMPLE = {"PIPELINE_STAGES": "app.outreach:STAGES"}
 
 
 async def test_campaign_add_creates_the_owner_on_the_plan_and_queues_the_brief(dsn, pool):

@@ -26,7 +26,7 @@ from urllib.robotparser import RobotFileParser
 import httpx
 
 from app.pipeline.stage import DeferJob
-from app.stages.urls import BadUrl, normalize_url, origin, same_site
+from app.outreach.urls import BadUrl, normalize_url, origin, same_site
 
 MAX_REDIRECTS = 5
 RATE_LIMIT_DEFAULT = timedelta(seconds=60)   # a 429 that does not say how long

@@ -17,10 +17,10 @@ from app.engine import jobs as q
 from app.engine.jobs import Job, NewJob
 from app.engine.queries import query
 from app.pipeline.stage import Context
-from app.stages.html import ParsedPage, parse_html, parse_plain
-from app.stages.spend import spend_fetch
-from app.stages.urls import BadUrl, normalize_url, same_site
-from app.stages.web import Response, client_for
+from app.outreach.html import ParsedPage, parse_html, parse_plain
+from app.outreach.spend import spend_fetch
+from app.outreach.urls import BadUrl, normalize_url, same_site
+from app.outreach.web import Response, client_for
 
 CRAWL = "crawl"
 EXTRACT = "extract"

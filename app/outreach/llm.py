@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from app.stages.web import RATE_LIMIT_DEFAULT, RateLimited, retry_after
+from app.outreach.web import RATE_LIMIT_DEFAULT, RateLimited, retry_after
 
 
 class LlmError(Exception):

@@ -1,6 +1,6 @@
 """Plan allowances and credits, per campaign and UTC day.
 
-A campaign's plan is its owner's subscription (PLANS in app/plans.py). Each plan
+A campaign's plan is its owner's subscription (PLANS in app/outreach/plans.py). Each plan
 allows so many pages and so many credits (paid work, such as a draft) per campaign
 and UTC day. Counters live in campaign_usage and only move by guarded statements, so
 concurrent runs never overspend; credits are also written to credit_ledger, where a
@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 
 from app.engine.queries import query
-from app.plans import DEFAULT_PLAN, OWNERLESS_PLAN, PLANS, Plan
+from app.outreach.plans import DEFAULT_PLAN, OWNERLESS_PLAN, PLANS, Plan
 
 CHARGED = "charged"          # this call took a credit
 ALREADY_CHARGED = "already"  # an earlier attempt of the same job paid; nothing taken now

@@ -1,7 +1,7 @@
 """draft: a first message to one contact, from the campaign's brief.
 
 Written from a template, or by an OpenAI-compatible LLM when one is configured (see
-app/stages/llm.py). Each draft costs one credit of the campaign's plan, charged once per
+app/outreach/llm.py). Each draft costs one credit of the campaign's plan, charged once per
 job before the work (a retry reuses the charge). A draft job that gives up -- its last
 attempt failed, or its process died on it and the stuck sweep failed it -- gets its
 credit back exactly once, through the `gave_up` hook, unless its draft was written.
@@ -14,12 +14,12 @@ from __future__ import annotations
 import uuid
 from urllib.parse import urlsplit
 
-from app.engine import allowances
+from app.outreach import allowances
 from app.engine.jobs import Job
 from app.engine.queries import query
-from app.engine.quota import next_utc_day
+from app.outreach.quota import next_utc_day
 from app.pipeline.stage import Context, DeferJob
-from app.stages import llm
+from app.outreach import llm
 
 DRAFT = "draft"
 TEMPLATE = "template"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.settings import load_settings
-from tests.stages.conftest import campaign, run
+from tests.outreach.conftest import campaign, run
 
 
 async def test_drafts_come_from_the_llm_with_their_token_counts(pool, site, llm):

@@ -10,10 +10,10 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from app.stages.extract import email_contact, find_contacts, profile_contact
-from app.stages.urls import BadUrl, normalize_url, same_site
-from app.stages.web import FetchError, RateLimited, WebClient, retry_after
-from tests.stages.servers import ServerThread
+from app.outreach.extract import email_contact, find_contacts, profile_contact
+from app.outreach.urls import BadUrl, normalize_url, same_site
+from app.outreach.web import FetchError, RateLimited, WebClient, retry_after
+from tests.outreach.servers import ServerThread
 
 
 def test_one_spelling_per_page():

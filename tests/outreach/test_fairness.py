@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from app.pipeline.stage import Stage
-from app.stages import CRAWL_STAGE
-from app.stages.crawl import discover
-from tests.stages.conftest import campaign, run
+from app.outreach import CRAWL_STAGE
+from app.outreach.crawl import discover
+from tests.outreach.conftest import campaign, run
 
 PAGES = 3
 

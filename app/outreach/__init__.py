@@ -1,4 +1,4 @@
-"""The default stage list (PIPELINE_STAGES=app.stages:STAGES): the example pipeline.
+"""The default stage list (PIPELINE_STAGES=app.outreach:STAGES): the example pipeline.
 
     site -> brief -> crawl -> extract (contacts) -> draft
 
@@ -16,10 +16,10 @@ earliest stage first (earlier stages win when several have work).
 """
 
 from app.pipeline.stage import Stage
-from app.stages.brief import BRIEF, brief
-from app.stages.crawl import CRAWL, EXTRACT, crawl, crawl_gave_up
-from app.stages.draft import DRAFT, draft, refund_draft
-from app.stages.extract import extract
+from app.outreach.brief import BRIEF, brief
+from app.outreach.crawl import CRAWL, EXTRACT, crawl, crawl_gave_up
+from app.outreach.draft import DRAFT, draft, refund_draft
+from app.outreach.extract import extract
 
 EXTRACT_STAGE = Stage(type=EXTRACT, batch_handler=extract, batch=25, lease=120, timeout=60)
 DRAFT_STAGE = Stage(type=DRAFT, handler=draft, batch=8, concurrency=4, lease=300, timeout=120,

@@ -8,9 +8,9 @@ import httpx
 import pytest
 
 from app.api import create_app
-from app.stages.sample import sample_site_app
-from tests.stages.conftest import run, settings
-from tests.stages.servers import ServerThread
+from app.outreach.sample import sample_site_app
+from tests.outreach.conftest import run, settings
+from tests.outreach.servers import ServerThread
 
 
 @pytest.fixture

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
-from app.engine import allowances
-from app.engine.quota import next_utc_day
+from app.outreach import allowances
+from app.outreach.quota import next_utc_day
 from app.pipeline.maintenance import sweep_stuck
 from app.pipeline.stage import Context, Tally
-from app.plans import PLANS
-from app.stages import DRAFT_STAGE
-from app.stages.draft import refund_draft
-from tests.stages.conftest import campaign, run, settings
+from app.outreach.plans import PLANS
+from app.outreach import DRAFT_STAGE
+from app.outreach.draft import refund_draft
+from tests.outreach.conftest import campaign, run, settings
 
 
 async def use_today(pool, cid, *, pages=0, credits=0):

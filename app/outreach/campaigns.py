@@ -9,12 +9,12 @@ import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
-from app.engine import campaigns as store
+from app.outreach import store
 from app.engine import jobs as q
 from app.engine.tenancy import act_as_default
-from app.plans import PLANS
-from app.stages.brief import brief_job
-from app.stages.urls import BadUrl, normalize_url
+from app.outreach.plans import PLANS
+from app.outreach.brief import brief_job
+from app.outreach.urls import BadUrl, normalize_url
 
 _EMAIL = re.compile(r"^[^@\s\x00-\x1f\x7f]{1,64}@[^@\s\x00-\x1f\x7f]{1,255}$")
 

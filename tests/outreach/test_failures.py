@@ -4,9 +4,9 @@ from __future__ import annotations
 
 
 from app.pipeline.stage import Stage
-from app.stages import CRAWL_STAGE
-from app.stages.crawl import discover, lock_pages
-from tests.stages.conftest import campaign, run, seconds_until
+from app.outreach import CRAWL_STAGE
+from app.outreach.crawl import discover, lock_pages
+from tests.outreach.conftest import campaign, run, seconds_until
 
 
 async def queue_pages(pool, cid, urls, depth=1):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.stages.conftest import campaign, jobs_by, pages, run, seconds_until
+from tests.outreach.conftest import campaign, jobs_by, pages, run, seconds_until
 
 
 async def test_one_run_crawls_the_site_and_records_every_outcome(pool, site):

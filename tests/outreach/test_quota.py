@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from app.engine import quota
-from app.stages.crawl import discover, lock_pages
-from tests.stages.conftest import campaign, run, seconds_until
+from app.outreach import quota
+from app.outreach.crawl import discover, lock_pages
+from tests.outreach.conftest import campaign, run, seconds_until
 
 
 async def test_concurrent_spends_never_overspend(pool):

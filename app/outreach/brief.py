@@ -9,11 +9,11 @@ from __future__ import annotations
 from app.engine.jobs import Job, NewJob
 from app.engine.queries import query
 from app.pipeline.stage import Context
-from app.stages.crawl import discover, lock_pages
-from app.stages.html import parse_html, parse_plain, top_words
-from app.stages.spend import spend_fetch
-from app.stages.urls import BadUrl, normalize_url
-from app.stages.web import Response, client_for
+from app.outreach.crawl import discover, lock_pages
+from app.outreach.html import parse_html, parse_plain, top_words
+from app.outreach.spend import spend_fetch
+from app.outreach.urls import BadUrl, normalize_url
+from app.outreach.web import Response, client_for
 
 BRIEF = "brief"
 

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from app.engine.queries import query
-from app.plans import DEFAULT_PLAN, OWNERLESS_PLAN
+from app.outreach.plans import DEFAULT_PLAN, OWNERLESS_PLAN
 
 
 class PlanConflict(Exception):

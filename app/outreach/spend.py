@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 
-from app.engine import allowances, quota
+from app.outreach import allowances, quota
 from app.pipeline.stage import Context, DeferJob, StopRun
 
 UNITS_PER_FETCH = 1

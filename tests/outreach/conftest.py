@@ -10,9 +10,9 @@ import pytest
 
 from app.pipeline.loop import Pipeline
 from app.settings import load_settings
-from app.stages import STAGES
-from app.stages.campaigns import add_campaign
-from tests.stages.servers import FakeLlm, Recorder, ServerThread, site_app
+from app.outreach import STAGES
+from app.outreach.campaigns import add_campaign
+from tests.outreach.servers import FakeLlm, Recorder, ServerThread, site_app
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Campaigns of the example pipeline over HTTP: add one (its owner is created when new
 and its brief is queued), read it with what the pipeline found so far, and page through
-its contacts. Thin over app.stages.campaigns and app.engine.campaigns."""
+its contacts. Thin over app.outreach.campaigns and app.outreach.store."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from app.api.deps import pool_of
 from app.api.errors import ApiError
 from app.api.pagination import ListQuery
 from app.api.params import only_params
-from app.engine import allowances
-from app.engine import campaigns as store
-from app.plans import PLANS
-from app.stages.brief import BRIEF
-from app.stages.campaigns import CampaignInputError, PlanConflictError, add_campaign
+from app.outreach import allowances
+from app.outreach import store
+from app.outreach.plans import PLANS
+from app.outreach.brief import BRIEF
+from app.outreach.campaigns import CampaignInputError, PlanConflictError, add_campaign
 
 router = APIRouter(tags=["campaigns"])
 
@@ -29,7 +29,7 @@ CONTACT_LIST = ListQuery("campaign_contacts")
 
 # The schema says exactly what is accepted (so a client, or a fuzzer, can tell a valid
 # request from the schema alone): http(s), a host name, an optional port, then anything
-# printable. app.stages.urls checks the same again for the CLI.
+# printable. app.outreach.urls checks the same again for the CLI.
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 _PORT = r"(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4})"
 URL_PATTERN = rf"^[Hh][Tt][Tt][Pp][Ss]?://{_LABEL}(?:\.{_LABEL})*\.?(?::{_PORT})?(?:[/?#][^\s\x00-\x1f\x7f]*)?$"

@@ -17,7 +17,7 @@ from app.engine import jobs as q
 from app.engine.jobs import Job, NewJob
 from app.engine.queries import query
 from app.pipeline.stage import Context
-from app.stages.html import parse_html
+from app.outreach.html import parse_html
 
 DRAFT = "draft"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from starlette.applications import Starlette
 
-from app.stages.campaigns import seed_demo
-from app.stages.sample import mount_sample_site, robots_txt, sample_site_app
-from tests.stages.conftest import run
-from tests.stages.servers import ServerThread
+from app.outreach.campaigns import seed_demo
+from app.outreach.sample import mount_sample_site, robots_txt, sample_site_app
+from tests.outreach.conftest import run
+from tests.outreach.servers import ServerThread
 
 EXPECTED = {
     "hello@northwind.test", "maya@northwind.test", "press@northwind.test", "partnerships@northwind.test",
