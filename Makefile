@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test bench run migrate package clean redis-server
+.PHONY: install test bench run migrate package clean redis-server docs
 
 install: $(STAMP)
 
@@ -47,6 +47,11 @@ SERVERLESS ?= npx --yes serverless@3.40.0
 package: $(STAMP)
 	$(PY) -m app.lambda_package
 	SLS_TELEMETRY_DISABLED=1 SLS_NOTIFICATIONS_MODE=off $(SERVERLESS) package
+
+# docs/configuration.md is generated from the settings' field descriptions; tests/test_docs.py
+# fails when it is out of date.
+docs: $(STAMP)
+	$(PY) -m app.config_docs --write
 
 clean:
 	rm -rf $(VENV) .pytest_cache
