@@ -5,15 +5,25 @@ link or redirect found on the web is hostile: it may name the machine itself, th
 cloud's metadata service or a private network. Only global unicast addresses are
 reachable, unless an exact `host:port` is listed in FETCH_ALLOW_PRIVATE.
 
-This module only classifies; the guarded fetch (resolve once, connect to the address
-that was checked) is built on it.
+The guarded connection resolves a host once, refuses unless every address it resolves
+to is public, and then connects to an address that was checked: no second lookup that a
+rebinding DNS server could answer differently. TLS (SNI and the certificate check) and
+the Host header still use the hostname, because only the socket's address changes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import re
+import socket
+import ssl
+from functools import lru_cache
+from typing import Awaitable, Callable, Iterable
 from urllib.parse import urlsplit
+
+import httpcore
+import httpx
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -29,6 +39,7 @@ _NOT_PUBLIC = [ipaddress.ip_network(n) for n in (
     "2001::/23",         # IETF protocol assignments (Teredo, ORCHIDv2, ...)
     "2001:db8::/32",     # documentation
     "2002::/16",         # 6to4: embeds an IPv4 address, judged below instead
+    "fec0::/10",         # site-local (deprecated by RFC 3879, still routed inside some networks)
     "ff00::/8",          # multicast
 )]
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
@@ -143,3 +154,118 @@ def literal_refusal(url: str, allow: frozenset[tuple[str, int]] = frozenset()) -
     if ip is not None and not is_public(ip):
         return "the address is not public"
     return None
+
+
+# The guarded connection -----------------------------------------------------------
+
+class EgressRefused(Exception):
+    """The destination is not public (nor listed in FETCH_ALLOW_PRIVATE): no connection
+    was attempted. Deliberately not an httpx or OS error, so nothing mistakes it for a
+    network failure worth retrying."""
+
+
+Resolver = Callable[[str, int], Awaitable[Iterable[str]]]
+
+
+async def system_resolver(host: str, port: int) -> list[str]:
+    """The addresses the system's resolver gives for `host` (through the event loop)."""
+    infos = await asyncio.get_running_loop().getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    return [info[4][0] for info in infos]
+
+
+def _is_local_name(host: str) -> bool:
+    return host in _LOCAL_NAMES or host.endswith(".localhost")
+
+
+async def checked_addresses(host: str, port: int, allow: frozenset[tuple[str, int]] = frozenset(),
+                            resolver: Resolver | None = None) -> list[IPAddress]:
+    """Resolve `host` once and return its addresses, or raise EgressRefused unless every
+    one is public (an exact (host, port) in `allow` is exempt from that check, not from
+    the lookup). A literal address, in any spelling, is not looked up at all."""
+    name = host.strip().rstrip(".").lower()
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    listed = (name, port) in allow
+    literal = literal_ip(name)
+    if literal is not None:
+        addresses = [literal]
+    elif _is_local_name(name) and not listed:
+        raise EgressRefused(host)
+    else:
+        addresses = []
+        for answer in await (resolver or system_resolver)(name, port):
+            try:
+                addresses.append(ipaddress.ip_address(answer))
+            except ValueError:  # not an address: nothing we could check
+                raise EgressRefused(host) from None
+        if not addresses:
+            raise OSError(f"no address for {host}")
+    if not listed and not all(is_public(ip) for ip in addresses):
+        raise EgressRefused(host)
+    return list(dict.fromkeys(addresses))
+
+
+class GuardedBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's network layer with the check in front: `connect_tcp` is handed the
+    URL's host, and opens the socket to an address `checked_addresses` approved. httpcore
+    still does TLS with server_hostname set to the URL's host."""
+
+    def __init__(self, allow: frozenset[tuple[str, int]] = frozenset(), resolver: Resolver | None = None,
+                 inner: httpcore.AsyncNetworkBackend | None = None) -> None:
+        self.allow = allow
+        self.resolver = resolver
+        self.inner = inner or httpcore.AnyIOBackend()  # what opens the sockets
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                          local_address: str | None = None, socket_options=None) -> httpcore.AsyncNetworkStream:
+        try:
+            async with asyncio.timeout(timeout):
+                addresses = await checked_addresses(host, port, self.allow, self.resolver)
+        except TimeoutError:
+            raise httpcore.ConnectTimeout("the lookup timed out") from None
+        except (OSError, UnicodeError):  # NXDOMAIN and the like: a network failure, said without detail
+            raise httpcore.ConnectError("could not connect") from None
+        failure: Exception = httpcore.ConnectError("could not connect")
+        for ip in addresses:
+            try:
+                return await self.inner.connect_tcp(str(ip), port, timeout=timeout, local_address=local_address,
+                                                    socket_options=socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                failure = exc
+        raise failure
+
+    async def connect_unix_socket(self, path: str, timeout: float | None = None,
+                                  socket_options=None) -> httpcore.AsyncNetworkStream:
+        raise EgressRefused("a unix socket")
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+
+@lru_cache(maxsize=1)
+def _default_ssl_context() -> ssl.SSLContext:
+    """Built once: loading the CA bundle for every fetch would cost more than the fetch."""
+    return httpx.create_ssl_context(trust_env=False)
+
+
+class GuardedTransport(httpx.AsyncHTTPTransport):
+    """httpx's own transport on a GuardedBackend. No proxy from the environment: a proxy
+    would make the connection for us, to wherever it resolves the name."""
+
+    def __init__(self, allow: frozenset[tuple[str, int]] = frozenset(), resolver: Resolver | None = None,
+                 *, verify: ssl.SSLContext | None = None) -> None:
+        context = verify or _default_ssl_context()
+        super().__init__(verify=context, trust_env=False)
+        # httpx has no parameter for the network backend: the pool it just built is
+        # replaced by the same pool on ours (the transport only ever uses `_pool`).
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=context, network_backend=GuardedBackend(allow, resolver))
+
+
+def guarded_client(allow: frozenset[tuple[str, int]] = frozenset(), resolver: Resolver | None = None,
+                   *, verify: ssl.SSLContext | None = None, **options) -> httpx.AsyncClient:
+    """An httpx client whose every connection, redirects included, goes through the guard
+    (and nothing from the environment: no proxy, no .netrc)."""
+    return httpx.AsyncClient(transport=GuardedTransport(allow, resolver, verify=verify), trust_env=False,
+                             **options)

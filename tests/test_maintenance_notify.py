@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+from urllib.parse import urlsplit
 
 from app.engine import batches as b
 from app.engine.batches import BatchRequest
@@ -19,8 +20,11 @@ from tests.receiver import Receiver
 SECRET = "s3cret"
 
 
-def settings(**kw):
-    return load_settings(database_url="postgresql://unused", **kw)
+def settings(*hooks: Receiver, **kw):
+    """Test settings; webhook deliveries may reach exactly `hooks` (the egress guard
+    refuses loopback to anything not in FETCH_ALLOW_PRIVATE)."""
+    allow = ",".join(urlsplit(hook.url).netloc for hook in hooks)
+    return load_settings(database_url="postgresql://unused", fetch_allow_private=allow, **kw)
 
 
 async def test_two_schedulers_at_once_enqueue_each_period_once(pool):
@@ -66,7 +70,7 @@ async def test_finished_batch_is_delivered_signed_and_retried_after_a_500(pool):
         pass
 
     with Receiver(statuses=[500, 200]) as hook:
-        s = settings(webhook_url=hook.url, webhook_secret=SECRET)
+        s = settings(hook, webhook_url=hook.url, webhook_secret=SECRET)
         out = await b.create_batch(pool, c, [BatchRequest("a"), BatchRequest("b")])
         pipeline = Pipeline(pool, [Stage(type="a", handler=ok), Stage(type="b", handler=ok)], s)
         await pipeline.run("cron")  # runs a and b
@@ -94,7 +98,7 @@ async def test_a_job_failing_for_good_notifies_the_owners_own_url(pool):
         await f.as_system(pool, "UPDATE users SET webhook_url = $2 WHERE id = $1", owner, account_hook.url)
         c = await f.campaign(pool, owner)
         [job_id] = await f.jobs(pool, "t", 1, campaign_id=c)
-        s = settings(webhook_url=global_hook.url, webhook_secret=SECRET)
+        s = settings(account_hook, global_hook, webhook_url=global_hook.url, webhook_secret=SECRET)
         await Pipeline(pool, [Stage(type="t", handler=broken, max_attempts=1)], s).run("cron")
     assert global_hook.received == []
     [got] = account_hook.received
@@ -110,14 +114,14 @@ async def test_notifications_are_dormant_without_a_secret(pool):
     with Receiver() as hook:
         await f.jobs(pool, "t", 1)
         await Pipeline(pool, [Stage(type="t", handler=broken, max_attempts=1)],
-                       settings(webhook_url=hook.url)).run("cron")
+                       settings(hook, webhook_url=hook.url)).run("cron")
     assert hook.received == []
     assert await pool.fetchval("SELECT count(*) FROM jobs WHERE type = 'notify'") == 0
 
 
 async def test_a_receiver_asking_to_wait_defers_without_burning_attempts(pool):
     with Receiver(statuses=[429], extra_headers={"Retry-After": "120"}) as hook:
-        s = settings(webhook_url=hook.url, webhook_secret=SECRET)
+        s = settings(hook, webhook_url=hook.url, webhook_secret=SECRET)
         owner = await f.user(pool)
         c = await f.campaign(pool, owner)
         await b.create_batch(pool, c, [BatchRequest("a")])

@@ -5,7 +5,11 @@ reports, so delivery gets retries, backoff and dedupe from the queue itself. Dor
 unless WEBHOOK_SECRET is set and a URL is known (the account's, else WEBHOOK_URL).
 
 Receivers check `X-Skiplock-Signature: sha256=<hex>`, the HMAC-SHA256 with the secret of
-`<X-Skiplock-Timestamp>.<raw body>`."""
+`<X-Skiplock-Timestamp>.<raw body>`.
+
+An account sets its own URL, so a delivery goes through the egress guard like any fetch:
+a URL that is not public (nor in FETCH_ALLOW_PRIVATE) fails for good with "blocked",
+at once and without retries, and nothing is sent."""
 
 from __future__ import annotations
 
@@ -20,9 +24,10 @@ from typing import Any
 
 import httpx
 
+from app.egress import EgressRefused, guarded_client, parse_allow_list
 from app.engine.jobs import Job, NewJob, enqueue
 from app.engine.queries import query
-from app.pipeline.stage import Context, DeferJob, Stage
+from app.pipeline.stage import Context, DeferJob, FailJob, Stage
 
 NOTIFY_TYPE = "notify"
 
@@ -79,8 +84,15 @@ async def deliver(job: Job, ctx: Context) -> None:
                "x-skiplock-event": job.payload["event"], "x-skiplock-timestamp": timestamp}
     if secret is not None:
         headers["x-skiplock-signature"] = sign(secret.get_secret_value(), timestamp, body)
-    async with httpx.AsyncClient(timeout=10.0, follow_redirects=False) as client:
-        response = await client.post(job.payload["url"], content=body, headers=headers)
+    allow = parse_allow_list(ctx.settings.fetch_allow_private)
+    try:
+        async with guarded_client(allow, timeout=10.0, follow_redirects=False) as client:
+            response = await client.post(job.payload["url"], content=body, headers=headers)
+    except EgressRefused:
+        raise FailJob("blocked") from None  # the same address tomorrow: retrying cannot help
+    except httpx.TransportError:
+        # No errno text: the last error must not say which ports are open where.
+        raise RuntimeError("webhook: no answer (could not connect, or timed out)") from None
     if response.status_code in (429, 503):
         wait = _retry_after(response.headers.get("retry-after"))
         if wait is not None:

@@ -1,9 +1,13 @@
 """Fixtures for the example pipeline: the test site and a fake LLM served on 127.0.0.1
 for the whole session, settings that fit a test (short fetch timeout), and helpers.
-(The root conftest's `clean` empties every table before each test, these included.)"""
+(The root conftest's `clean` empties every table before each test, these included.)
+
+The egress guard refuses loopback, so a test site is reachable only while `reachable()`
+lists its exact 127.0.0.1:port in the settings' FETCH_ALLOW_PRIVATE."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -24,10 +28,25 @@ class Site:
         return self.rec.count(path)
 
 
+_REACHABLE: set[str] = set()  # host:port of the test servers running now that fetches may reach
+
+
+@contextmanager
+def reachable(server: ServerThread):
+    """Start `server` and list it in FETCH_ALLOW_PRIVATE (of `settings()`) while it runs."""
+    with server:
+        address = f"127.0.0.1:{server.port}"
+        _REACHABLE.add(address)
+        try:
+            yield server
+        finally:
+            _REACHABLE.discard(address)
+
+
 @pytest.fixture(scope="session")
 def _site_server():
     app, rec = site_app()
-    with ServerThread(app) as server:
+    with reachable(ServerThread(app)) as server:
         yield Site(server.url, rec)
 
 
@@ -54,7 +73,8 @@ def llm(_llm_server):
 
 def settings(**overrides):
     base = dict(database_url="postgresql://unused", fetch_timeout_seconds=0.4, fetch_max_bytes=2048,
-                llm_base_url=None, llm_model=None, llm_api_key=None)
+                llm_base_url=None, llm_model=None, llm_api_key=None,
+                fetch_allow_private=",".join(sorted(_REACHABLE)))
     return load_settings(**{**base, **overrides})
 
 

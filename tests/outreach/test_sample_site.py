@@ -7,7 +7,7 @@ from starlette.applications import Starlette
 
 from app.outreach.campaigns import seed_demo
 from app.outreach.sample import mount_sample_site, robots_txt, sample_site_app
-from tests.outreach.conftest import run
+from tests.outreach.conftest import reachable, run
 from tests.outreach.servers import ServerThread
 
 EXPECTED = {
@@ -26,7 +26,7 @@ def mounted_app():
 @pytest.mark.parametrize("make_app, prefix", [(sample_site_app, ""), (mounted_app, "/sample")],
                          ids=["standalone", "mounted"])
 async def test_the_first_tick_finds_the_contacts_and_drafts_them(pool, make_app, prefix):
-    with ServerThread(make_app()) as server:
+    with reachable(ServerThread(make_app())) as server:
         base = f"{server.url}{prefix}/"
         cid = await seed_demo(pool, base)
         assert cid is not None and await seed_demo(pool, base) is None  # only into an empty database
