@@ -1,7 +1,8 @@
 """brief: fetch a campaign's home page and keep what it says about the brand (title,
 description, keywords, language), then queue the first crawl, of that page.
 
-    payload: {} (the campaign is the job's campaign)
+    payload: {} (the campaign is the job's campaign; anything in the payload is ignored,
+                 so it cannot point the brief at another campaign: see app/outreach/scope.py)
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from app.engine.jobs import Job, NewJob
 from app.engine.queries import query
 from app.pipeline.stage import Context
 from app.outreach.crawl import discover, lock_pages
-from app.outreach.html import parse_html, parse_plain, top_words
+from app.outreach.html import parse_page, top_words
+from app.outreach.scope import campaign_of
 from app.outreach.spend import spend_fetch
 from app.outreach.urls import BadUrl, normalize_url
 from app.outreach.web import Response, client_for
@@ -30,8 +32,7 @@ async def _keep(conn, campaign_id, url: str, resp: Response | None, *, title="",
 
 
 async def brief(job: Job, ctx: Context) -> None:
-    if job.campaign_id is None:
-        raise ValueError("a brief job needs a campaign")
+    campaign_of(job)  # a job with no campaign fails for good here
     campaign = await ctx.db.fetchrow(query("campaign_site"), job.campaign_id)
     if campaign is None:
         return  # deleted meanwhile
@@ -56,7 +57,7 @@ async def brief(job: Job, ctx: Context) -> None:
             note = resp.note or f"the home page answered HTTP {resp.status}"
             await _keep(conn, job.campaign_id, url, resp, note=f"{note}; nothing to crawl")
             return
-        page = parse_html(resp.text) if resp.is_html else parse_plain(resp.text)
+        page = await parse_page(resp.text, is_html=resp.is_html, max_chars=ctx.settings.fetch_max_bytes)
         keywords = page.keywords[:20] or top_words(" ".join((page.title, page.description, page.text)))
         await _keep(conn, job.campaign_id, url, resp, title=page.title, description=page.description,
                     keywords=keywords, language=page.language)

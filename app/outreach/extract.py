@@ -3,7 +3,7 @@
 into `contacts`, unique per campaign and value, with the page each came from. Every new
 contact gets a `draft` job.
 
-    payload: {"page_id": "..."}
+    payload: {"page_id": "..."}   (a page of the job's campaign; see app/outreach/scope.py)
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from urllib.parse import unquote, urlsplit
 from app.engine import jobs as q
 from app.engine.jobs import Job, NewJob
 from app.engine.queries import query
-from app.pipeline.stage import Context
-from app.outreach.html import parse_html
+from app.pipeline.stage import Context, FailJob
+from app.outreach.html import MAX_PARSE_CHARS, parse_page
+from app.outreach.scope import campaign_of, not_in_campaign, payload_id
 
 DRAFT = "draft"
 
@@ -87,11 +88,11 @@ def profile_contact(url: str) -> Found | None:
     return Found(kind, f"https://{canonical}/{path}", handle)
 
 
-def find_contacts(body: str, content_type: str | None) -> list[Found]:
+async def find_contacts(body: str, content_type: str | None, max_chars: int = MAX_PARSE_CHARS) -> list[Found]:
     """Contacts on one page, each once, in page order: links first, then plain text."""
     found: list[Found] = []
     if content_type in ("text/html", "application/xhtml+xml"):
-        page = parse_html(body)
+        page = await parse_page(body, is_html=True, max_chars=max_chars)
         for href in page.links:
             if href.lower().startswith("mailto:"):
                 address = unquote(href[7:].split("?", 1)[0])
@@ -118,16 +119,23 @@ def find_contacts(body: str, content_type: str | None) -> list[Found]:
 
 async def extract(jobs: list[Job], ctx: Context) -> dict[uuid.UUID, BaseException]:
     problems: dict[uuid.UUID, BaseException] = {}
-    page_ids: dict[uuid.UUID, Job] = {}
+    wanted: list[tuple[Job, uuid.UUID, uuid.UUID]] = []  # (job, its campaign, its page)
     for job in jobs:
         try:
-            page_ids[uuid.UUID(str(job.payload["page_id"]))] = job
-        except (KeyError, ValueError) as exc:
-            problems[job.id] = ValueError(f"an extract job needs a page_id: {exc}")
-    pages = await ctx.db.fetch(query("pages_for_extract"), list(page_ids))
+            wanted.append((job, campaign_of(job), payload_id(job, "page_id")))
+        except FailJob as exc:
+            problems[job.id] = exc
+    # each page is looked up in its own job's campaign, so one batch can mix campaigns
+    looked_up = await ctx.db.fetch(query("pages_for_extract"), [page for _, _, page in wanted],
+                                   [campaign for _, campaign, _ in wanted]) if wanted else []
+    found = {(p["id"], p["campaign_id"]): p for p in looked_up}
+    for job, campaign_id, page_id in wanted:
+        if (page_id, campaign_id) not in found:
+            problems[job.id] = not_in_campaign("page", page_id)
+    pages = [p for p in found.values() if p["readable"]]  # a page not fetched has nothing to read
     rows: list[tuple] = []
     for page in pages:
-        for c in find_contacts(page["body"], page["content_type"]):
+        for c in await find_contacts(page["body"], page["content_type"], ctx.settings.fetch_max_bytes):
             rows.append((page["campaign_id"], c.kind, c.value, c.handle, page["id"], page["final_url"]))
     if rows:
         # one order for every inserter (two overlapping runs cannot deadlock); within a
