@@ -6,6 +6,11 @@ a new row gets a crawl job), so a page linked from everywhere is fetched once.
 
     payload: {"page_id": "...", "url": "...", "depth": 0}   (what the pipeline enqueues)
          or: {"url": "https://..."}                          (by hand: discovered at depth 0)
+
+Both are scoped by the job's campaign (app/outreach/scope.py): a page id of another
+campaign fails the job for good, and so does a URL off the campaign's site (nothing is
+fetched). A job by URL crawls the campaign's page for that URL whenever it is still
+queued, so its retry fetches the page its failed first attempt discovered.
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ from typing import Any
 from app.engine import jobs as q
 from app.engine.jobs import Job, NewJob
 from app.engine.queries import query
-from app.pipeline.stage import Context
-from app.outreach.html import ParsedPage, parse_html, parse_plain
+from app.pipeline.stage import Context, FailJob
+from app.outreach.html import ParsedPage, parse_page
+from app.outreach.scope import campaign_of, not_in_campaign, payload_id
 from app.outreach.spend import spend_fetch
 from app.outreach.urls import BadUrl, normalize_url, same_site
 from app.outreach.web import Response, client_for
@@ -25,6 +31,7 @@ from app.outreach.web import Response, client_for
 CRAWL = "crawl"
 EXTRACT = "extract"
 MAX_LINKS_PER_PAGE = 200
+MAX_HREFS_EXAMINED = 5 * MAX_LINKS_PER_PAGE
 
 
 def crawl_job(campaign_id: uuid.UUID, page: Any) -> NewJob:
@@ -51,12 +58,13 @@ async def discover(conn, campaign_id: uuid.UUID, urls: list[str], depth: int) ->
     return len(new)
 
 
-async def _record(conn, page_id, state: str, resp: Response | None = None, *, title: str | None = None,
-                  body: str | None = None, note: str | None = None) -> None:
+async def _record(conn, campaign_id: uuid.UUID, page_id, state: str, resp: Response | None = None, *,
+                  title: str | None = None, body: str | None = None, note: str | None = None) -> None:
     await conn.execute(
         query("page_record"), page_id, state,
         resp.status if resp else None, resp.final_url if resp else None,
-        resp.content_type if resp else None, title, body, note if note is not None else (resp.note if resp else None))
+        resp.content_type if resp else None, title, body, note if note is not None else (resp.note if resp else None),
+        campaign_id)
 
 
 def same_site_links(parsed: ParsedPage, page_url: str) -> list[str]:
@@ -69,8 +77,10 @@ def same_site_links(parsed: ParsedPage, page_url: str) -> list[str]:
             base = normalize_url(parsed.base, base=page_url)
         except BadUrl:
             pass
-    out = []
-    for href in parsed.links:
+    out: dict[str, None] = {}
+    # This runs on the event loop: a hostile page of 100k links would hold it for
+    # seconds, so only the first few hundred hrefs are looked at.
+    for href in parsed.links[:MAX_HREFS_EXAMINED]:
         if href.startswith("#"):
             continue
         try:
@@ -78,8 +88,10 @@ def same_site_links(parsed: ParsedPage, page_url: str) -> list[str]:
         except BadUrl:  # mailto:, javascript:, tel:, broken
             continue
         if same_site(url, page_url) and url != page_url:
-            out.append(url)
-    return list(dict.fromkeys(out))[:MAX_LINKS_PER_PAGE]
+            out[url] = None
+            if len(out) == MAX_LINKS_PER_PAGE:
+                break
+    return list(out)
 
 
 async def store_response(ctx: Context, campaign_id: uuid.UUID, page, resp: Response) -> None:
@@ -89,20 +101,20 @@ async def store_response(ctx: Context, campaign_id: uuid.UUID, page, resp: Respo
         await lock_pages(conn, campaign_id)
         if resp.outcome != "ok":
             state = {"client_error": "fetched", "blocked": "blocked"}.get(resp.outcome, "skipped")
-            await _record(conn, page["id"], state, resp)
+            await _record(conn, campaign_id, page["id"], state, resp)
             return
         target_id, depth = page["id"], page["depth"]
         final = normalize_url(resp.final_url)
         if final != page["url"]:
             # Redirected within the site: the content belongs to the page it landed on.
-            await _record(conn, page["id"], "redirected", resp, note=f"redirected to {final}")
+            await _record(conn, campaign_id, page["id"], "redirected", resp, note=f"redirected to {final}")
             landed = await conn.fetch(query("pages_discover"), campaign_id, [final], depth)
             if not landed:
                 return  # that page is known already: its own crawl fetches it
             target_id = landed[0]["id"]
         body = resp.text.replace("\x00", "")
-        parsed = parse_html(body) if resp.is_html else parse_plain(body)
-        await _record(conn, target_id, "fetched", resp, title=parsed.title or None, body=body)
+        parsed = await parse_page(body, is_html=resp.is_html, max_chars=ctx.settings.fetch_max_bytes)
+        await _record(conn, campaign_id, target_id, "fetched", resp, title=parsed.title or None, body=body)
         await q.enqueue(conn, NewJob(type=EXTRACT, campaign_id=campaign_id,
                                      payload={"page_id": str(target_id)},
                                      dedupe_key=f"extract:{target_id}"))
@@ -112,39 +124,57 @@ async def store_response(ctx: Context, campaign_id: uuid.UUID, page, resp: Respo
                 ctx.count("links_queued", queued)
 
 
-async def _page_for(job: Job, ctx: Context):
-    if job.campaign_id is None:
-        raise ValueError("a crawl job needs a campaign")
-    page_id = job.payload.get("page_id")
-    if page_id:
-        return await ctx.db.fetchrow(query("page_get"), uuid.UUID(str(page_id)))
-    url = normalize_url(job.payload.get("url") or "")
+def _payload_url(job: Job) -> str:
+    try:
+        return normalize_url(job.payload.get("url") or "")
+    except BadUrl as exc:
+        raise FailJob(f"crawl jobs need a page_id or an http(s) url in their payload: {exc}") from None
+
+
+async def _page_for(job: Job, ctx: Context, campaign_id: uuid.UUID):
+    """The campaign's page the job is about: by page_id, or by URL (recorded when new)."""
+    if job.payload.get("page_id"):
+        page_id = payload_id(job, "page_id")
+        page = await ctx.db.fetchrow(query("page_get"), page_id, campaign_id)
+        if page is None:
+            raise not_in_campaign("page", page_id)
+        return page
+    url = _payload_url(job)
+    campaign = await ctx.db.fetchrow(query("campaign_site"), campaign_id)
+    if campaign is None or not same_site(url, campaign["url"] or ""):
+        site = campaign["url"] if campaign else "none"
+        raise FailJob(f"{url} is not on this job's campaign's site ({site}); nothing was fetched")
     async with ctx.db.acquire() as conn, conn.transaction():
-        await lock_pages(conn, job.campaign_id)
-        rows = await conn.fetch(query("pages_discover"), job.campaign_id, [url], 0)
-    if rows:
-        return await ctx.db.fetchrow(query("page_get"), rows[0]["id"])
-    return None  # known already: it has (or had) its own crawl job
+        await lock_pages(conn, campaign_id)
+        await conn.execute(query("pages_discover"), campaign_id, [url], 0)
+        # new or known already: a retry finds the page its first attempt discovered
+        return await conn.fetchrow(query("page_by_url"), campaign_id, url)
 
 
 async def crawl(job: Job, ctx: Context) -> None:
-    page = await _page_for(job, ctx)
-    if page is None or page["state"] != "queued":
-        return  # gone, or fetched already
+    campaign_id = campaign_of(job)
+    page = await _page_for(job, ctx, campaign_id)
+    if page["state"] != "queued":
+        return  # fetched already
     client = client_for(ctx)
     if not await client.allowed(page["url"]):
         async with ctx.db.acquire() as conn:
-            await _record(conn, page["id"], "blocked", note="robots.txt disallows it")
+            await _record(conn, campaign_id, page["id"], "blocked", note="robots.txt disallows it")
         ctx.count("pages_blocked")
         return
-    await spend_fetch(ctx, job.campaign_id)
+    await spend_fetch(ctx, campaign_id)
     resp = await client.get(page["url"])
     ctx.count("pages_fetched")
-    await store_response(ctx, job.campaign_id, page, resp)
+    await store_response(ctx, campaign_id, page, resp)
 
 
 async def crawl_gave_up(job: Job, ctx: Context) -> None:
-    """The crawl failed for good (or died on its last attempt): the page says so."""
-    page_id = job.payload.get("page_id")
-    if page_id:
-        await ctx.db.execute(query("page_give_up"), uuid.UUID(str(page_id)), job.id)
+    """The crawl failed for good (or died on its last attempt): the page says so, if it
+    is a page of the job's campaign (by page_id, or else by URL)."""
+    try:
+        campaign_id = campaign_of(job)
+        page_id = payload_id(job, "page_id") if job.payload.get("page_id") else None
+        url = None if page_id else _payload_url(job)
+    except FailJob:
+        return  # the payload named no page of this campaign: there is nothing to mark
+    await ctx.db.execute(query("page_give_up"), campaign_id, page_id, url, job.id)

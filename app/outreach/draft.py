@@ -6,18 +6,18 @@ job before the work (a retry reuses the charge). A draft job that gives up -- it
 attempt failed, or its process died on it and the stuck sweep failed it -- gets its
 credit back exactly once, through the `gave_up` hook, unless its draft was written.
 
-    payload: {"contact_id": "..."}
+    payload: {"contact_id": "..."}   (a contact of the job's campaign; see app/outreach/scope.py)
 """
 
 from __future__ import annotations
 
-import uuid
 from urllib.parse import urlsplit
 
 from app.outreach import allowances
 from app.engine.jobs import Job
 from app.engine.queries import query
 from app.outreach.quota import next_utc_day
+from app.outreach.scope import campaign_of, not_in_campaign, payload_id
 from app.pipeline.stage import Context, DeferJob
 from app.outreach import llm
 
@@ -84,12 +84,15 @@ def llm_messages(row) -> list[dict[str, str]]:
 
 
 async def draft(job: Job, ctx: Context) -> None:
-    contact_id = uuid.UUID(str(job.payload["contact_id"]))
-    row = await ctx.db.fetchrow(query("draft_context"), contact_id)
-    if row is None or row["draft_id"] is not None:
-        return  # the contact is gone, or already has its draft: nothing to pay for
-    plan = await allowances.campaign_plan(ctx.db, row["campaign_id"])
-    charged = await allowances.charge_credit(ctx.db, row["campaign_id"], job.id, plan.daily_credits)
+    campaign_id = campaign_of(job)
+    contact_id = payload_id(job, "contact_id")
+    row = await ctx.db.fetchrow(query("draft_context"), contact_id, campaign_id)
+    if row is None:
+        raise not_in_campaign("contact", contact_id)
+    if row["draft_id"] is not None:
+        return  # already has its draft: nothing to pay for
+    plan = await allowances.campaign_plan(ctx.db, campaign_id)
+    charged = await allowances.charge_credit(ctx.db, campaign_id, job.id, plan.daily_credits)
     if charged == allowances.SPENT:
         raise DeferJob(next_utc_day(), f"the {plan.label} plan's {plan.daily_credits} credits a day are used up")
     if charged == allowances.CHARGED:
@@ -103,15 +106,15 @@ async def draft(job: Job, ctx: Context) -> None:
         ctx.count("tokens_spent", answer.tokens)
     else:
         body, model = template_draft(row), TEMPLATE
-    written = await ctx.db.fetchval(query("draft_insert"), row["campaign_id"], contact_id, job.id, body,
+    written = await ctx.db.fetchval(query("draft_insert"), campaign_id, contact_id, job.id, body,
                                     model, prompt_tokens, completion_tokens)
     if written:
         ctx.count("drafts_written")
 
 
 async def refund_draft(job: Job, ctx: Context) -> None:
-    """gave_up: hand the job's credit back, once. ctx.db is the transaction that fails the
-    job, so the refund commits with the failure or not at all."""
+    """gave_up and cancelled: hand the job's credit back, once. ctx.db is the transaction
+    that fails (or cancels) the job, so the refund commits with it or not at all."""
     if await ctx.db.fetchval(query("draft_by_job"), job.id) is not None:
         return  # the draft was delivered; the job died afterwards
     refunded = await allowances.refund_credit(ctx.db, job.id)

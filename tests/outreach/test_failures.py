@@ -57,5 +57,6 @@ async def test_bad_payloads_fail_with_a_readable_error(pool):
     await pool.execute("DELETE FROM jobs WHERE id <> $1", bad)
     await run(pool)
     row = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", bad)
-    assert row["status"] == "pending" and row["attempts"] == 1
+    # no retry can fix a payload: it fails for good on its first attempt
+    assert row["status"] == "failed" and row["attempts"] == 1
     assert "not an http(s) URL" in row["last_error"]
