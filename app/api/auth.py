@@ -1,9 +1,10 @@
 """API keys and the tenant transaction every tenant route runs in.
 
 `Authorization: Bearer slk_...` names an API key; its owner is the tenant. The request's
-work happens on one connection, in one transaction, as the role skiplock_api with the
-tenant and actor set transaction-locally: row-level security then filters every query
-the route runs, so a forgotten `WHERE user_id = ...` still returns nothing foreign. The
+work happens on one connection, in one transaction, as the role skiplock_api (an admin
+key's: skiplock_admin), presenting the key's digest transaction-locally: row-level
+security finds the tenant from that key and filters every query the route runs, so a
+forgotten `WHERE user_id = ...` still returns nothing foreign. The
 transaction commits before the answer is sent (or rolls back on an error), and since
 the settings are local to it, the pooled connection goes back carrying nothing."""
 
@@ -18,7 +19,7 @@ from fastapi import Depends, Request
 from app.api.bearer import bearer_token, challenge
 from app.api.deps import owner_pool_of
 from app.api.errors import ApiError
-from app.engine.accounts import authenticate
+from app.engine.accounts import KEY_SHAPE, authenticate
 from app.engine.tenancy import Actor, enter_tenant
 
 class RequestDb:
@@ -36,13 +37,21 @@ class RequestDb:
         return getattr(self._conn, name)
 
 
-async def tenant(request: Request) -> AsyncIterator[Actor]:
-    """Authenticate the key, then hold the request's tenant transaction around the route."""
+async def key_holder(request: Request) -> tuple[Actor, str]:
+    """The actor the request's API key stands for, and the key's prefix (its public id,
+    what the Idempotency layer scopes keys by); 401 for a missing, malformed, unknown or
+    revoked key."""
     key = bearer_token(request, "api", "<API key>")
-    pool = await owner_pool_of(request)
-    actor = await authenticate(pool, key)
+    actor = await authenticate(await owner_pool_of(request), key)
     if actor is None:
         raise ApiError(401, "unauthorized", "unknown, revoked or malformed API key", headers=challenge("api"))
+    return actor, KEY_SHAPE.match(key).group(1)
+
+
+async def tenant(request: Request) -> AsyncIterator[Actor]:
+    """Authenticate the key, then hold the request's tenant transaction around the route."""
+    actor, _ = await key_holder(request)
+    pool = await owner_pool_of(request)
     async with pool.acquire() as conn:
         tr = conn.transaction()
         await tr.start()

@@ -13,19 +13,25 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.api.deps import pool_of
 from app.api.errors import ApiError
 from app.api.params import only_params
+from app.api.payloads import accepted_payload
 from app.engine import batches as engine
 from app.engine.batches import BatchRequest, CampaignNotFound
+from app.pipeline import outcomes
 
 router = APIRouter(tags=["batches"])
 
 MAX_JOBS = 50
+MAX_TOTAL = 1_000_000  # units of work a job may announce (the column is an int4)
 
 
 class BatchJobIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: str = Field(min_length=1, max_length=100, description="a stage's job type")
-    payload: dict[str, Any] = Field(default_factory=dict)
-    total: int | None = Field(None, ge=0, description="expected units of work, for a progress bar")
+    payload: dict[str, Any] = Field(
+        default_factory=dict,
+        description="a JSON object: what the stage declares for its type, at most MAX_PAYLOAD_BYTES of JSON, "
+                    "no NUL character anywhere")
+    total: int | None = Field(None, ge=0, le=MAX_TOTAL, description="expected units of work, for a progress bar")
 
 
 class BatchIn(BaseModel):
@@ -86,10 +92,10 @@ async def create_batch(campaign_id: uuid.UUID, body: BatchIn, request: Request):
         raise ApiError(422, "unknown_job_type",
                        f"unknown job type {unknown[0]!r}; the stages are: {', '.join(known)}",
                        {"unknown": unknown, "known": known})
+    requests = [BatchRequest(j.type, accepted_payload(request, j.type, j.payload, ("body", "jobs", i, "payload")),
+                             j.total) for i, j in enumerate(body.jobs)]
     try:
-        outcome = await engine.create_batch(
-            await pool_of(request), campaign_id,
-            [BatchRequest(j.type, j.payload, j.total) for j in body.jobs])
+        outcome = await engine.create_batch(await pool_of(request), campaign_id, requests)
     except CampaignNotFound:
         raise ApiError(404, "not_found", f"no campaign {campaign_id}") from None
     skipped = {t: str(i) for t, i in outcome.skipped.items()}
@@ -132,7 +138,8 @@ async def get_batch(batch_id: uuid.UUID, request: Request) -> dict[str, Any]:
 async def cancel_batch(batch_id: uuid.UUID, request: Request) -> dict[str, Any]:
     """Stop an open batch: unstarted jobs are cancelled, running ones finish."""
     pool = await pool_of(request)
-    cancelled, jobs = await engine.cancel_batch(pool, batch_id)
+    runtime = request.app.state.runtime
+    cancelled, jobs = await outcomes.cancel_batch(pool, runtime.stages, batch_id, runtime.settings)
     if not cancelled:
         row = await engine.get_batch(pool, batch_id)
         if row is None:

@@ -7,6 +7,7 @@ and a generic message (the traceback goes to the log, never to the client)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -16,6 +17,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.pipeline.outcomes import HookFailed
+from app.runtime import DatabaseUnavailable
 
 log = logging.getLogger("skiplock.api")
 
@@ -50,9 +54,17 @@ def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "details": details}}
 
 
+class ErrorJSON(JSONResponse):
+    """Escaped to ASCII: an error may quote what the client sent, and text that is not
+    UTF-8 (a lone surrogate) must not turn the answer into a 500."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+
+
 def error_response(status: int, code: str, message: str, details: Any = None,
                    headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error_body(code, message, details), status_code=status, headers=headers)
+    return ErrorJSON(error_body(code, message, details), status_code=status, headers=headers)
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -75,12 +87,16 @@ def _where(loc: tuple) -> str:
     return ".".join(parts) or "request"
 
 
+def invalid_request(problems: list[tuple[tuple, str]]) -> ApiError:
+    """422 invalid_request listing (location, message) problems, like FastAPI's own."""
+    details = [{"location": ".".join(str(p) for p in loc), "message": msg} for loc, msg in problems]
+    loc, msg = problems[0] if problems else ((), "invalid")
+    return ApiError(422, "invalid_request", f"{_where(tuple(loc))}: {msg}", details)
+
+
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-    problems = [{"location": ".".join(str(p) for p in e.get("loc", ())), "message": e.get("msg", "invalid")}
-                for e in exc.errors()]
-    first = exc.errors()[0] if exc.errors() else {}
-    message = f"{_where(tuple(first.get('loc', ())))}: {first.get('msg', 'invalid')}"
-    return error_response(422, "invalid_request", message, problems)
+    error = invalid_request([(tuple(e.get("loc", ())), e.get("msg", "invalid")) for e in exc.errors()])
+    return error_response(422, error.code, error.message, error.details)
 
 
 # The database went away in the middle of a request: a 503 the client may retry, not a 500.
@@ -88,10 +104,25 @@ DATABASE_GONE = (ConnectionError, asyncpg.ConnectionDoesNotExistError, asyncpg.C
                  asyncpg.TooManyConnectionsError)
 
 
-async def _database_gone(request: Request, exc: Exception) -> JSONResponse:
-    log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
+def database_unavailable_response(exc: Exception) -> JSONResponse:
+    """The one 503 for "the database is not there": the runtime's DatabaseUnavailable (no
+    pool, not configured, a run that could not be recorded) or a connection lost mid-request."""
+    if isinstance(exc, DatabaseUnavailable):
+        return error_response(503, exc.code, str(exc))
     return error_response(503, "database_unavailable",
                           f"the database connection failed ({type(exc).__name__}); try again shortly")
+
+
+async def _database_gone(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
+    return database_unavailable_response(exc)
+
+
+async def _hook_failed(request: Request, exc: Exception) -> JSONResponse:
+    """A stage's hook raised while a job was ending: that ending was rolled back."""
+    log.error("%s on %s %s", exc, request.method, request.url.path, exc_info=exc)
+    return error_response(500, "hook_failed", f"{exc.public_message}; nothing was changed, so the request "
+                                              "may be sent again (the details are in the server log)")
 
 
 class CatchAll:
@@ -136,6 +167,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(asyncpg.InsufficientPrivilegeError, _not_allowed)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    for exc_class in DATABASE_GONE:
+    for exc_class in (DatabaseUnavailable, *DATABASE_GONE):
         app.add_exception_handler(exc_class, _database_gone)
+    app.add_exception_handler(HookFailed, _hook_failed)
     app.add_middleware(CatchAll)

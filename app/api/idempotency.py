@@ -13,8 +13,12 @@ Which requests: POST, PUT, PATCH and DELETE anywhere in the app, and GET /cron/p
                                   replays it; after that, 409 idempotency_in_progress
                                   with Retry-After
 
-Keys are scoped by the credential sent with them (the Authorization header, when there
-is one): an answer is replayed only to a request that could have made it.
+Only a known route's request gets this far (app/api/route_gate.py answers 404 and 405
+first), and it is authenticated before its key is looked at, as its route would do it:
+an API key on the tenant routes, CRON_SECRET on /cron/pipeline. A missing, wrong or
+revoked credential is that 401, never a replay. Keys are scoped by the credential's id
+(the API key's prefix; "cron"), not by how the header is spelled: a stored answer is
+replayed only to a request that could have made it.
 
 So two concurrent requests with one key act once. Answers that say nothing about the
 effect are not stored and give the key back, so a retry acts: any 5xx (the work did
@@ -34,11 +38,15 @@ import time
 from typing import Any
 from urllib.parse import parse_qsl
 
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.errors import error_response
-from app.api.runtime import DATABASE_ERRORS, DatabaseNotConfigured, Runtime
+from app.api.auth import key_holder
+from app.api.cron import require_cron_secret
+from app.api.errors import ApiError, database_unavailable_response, error_response
+from app.api.ratelimit import TRIGGER_PATH
+from app.runtime import DATABASE_ERRORS, DatabaseUnavailable, Runtime, database_errors
 from app.engine import idempotency as store
 
 log = logging.getLogger("skiplock.api")
@@ -46,9 +54,8 @@ log = logging.getLogger("skiplock.api")
 HEADER = b"idempotency-key"
 REPLAYED = "Idempotent-Replayed"
 SIDE_EFFECT_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-SIDE_EFFECT_GETS = frozenset({"/cron/pipeline"})
+SIDE_EFFECT_GETS = frozenset({TRIGGER_PATH})
 MAX_KEY_LENGTH = 255
-MAX_BODY_BYTES = 1_000_000
 KEPT_HEADERS = ("content-type", "location", "retry-after")
 NOT_STORED = frozenset({401, 403, 429})
 
@@ -63,28 +70,37 @@ def canonical_body(body: bytes) -> bytes:
         return b""
     try:
         value = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    except (ValueError, UnicodeDecodeError, RecursionError):  # not JSON, or nested too deep to care
         return body
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def fingerprint(method: str, path: str, query_string: bytes, body: bytes) -> str:
     query = sorted(parse_qsl(query_string.decode("latin-1"), keep_blank_values=True))
     h = hashlib.sha256()
-    for part in (method.encode(), path.encode(), json.dumps(query).encode(), canonical_body(body)):
+    for part in (method.encode(), path.encode("utf-8", "surrogatepass"), json.dumps(query).encode(),
+                 canonical_body(body)):
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)
     return h.hexdigest()
 
 
-def scoped_key(key: str, scope: Scope) -> str:
-    """Keys live in the namespace of the credential sent with them: a stored answer is
-    replayed only to a request carrying the same Authorization header, so a key alone
-    never reveals an answer, and a request without the credential is refused as usual."""
-    auth = [v for k, v in scope.get("headers", []) if k.lower() == b"authorization"]
-    if not auth:
-        return key
-    return f"{hashlib.sha256(b'|'.join(auth)).hexdigest()[:16]}:{key}"
+def scoped_key(key: str, credential: str) -> str:
+    """Keys live in the namespace of the credential that sent them (credential_of)."""
+    return f"{credential}:{key}"
+
+
+async def credential_of(scope: Scope) -> str:
+    """Authenticate the request as its route will (raising the route's own ApiError, a
+    401 or a 503) and return the id of the credential it carries: the cron route takes
+    CRON_SECRET, every other side-effecting route an API key (a route added without one
+    fails closed here, never open)."""
+    request = Request(scope)
+    if scope.get("path") == TRIGGER_PATH:
+        require_cron_secret(request)
+        return "cron"
+    _, prefix = await key_holder(request)
+    return f"key:{prefix}"
 
 
 def _valid_key(key: str) -> bool:
@@ -117,26 +133,30 @@ class Idempotency:
                          f"Idempotency-Key must be sent once, 1 to {MAX_KEY_LENGTH} visible ASCII "
                          "characters (a UUID is a good choice)", {"header": "Idempotency-Key"})
             return
-        body = await _read_body(receive)
-        if body is None:
-            await answer(413, "payload_too_large",
-                         f"a request with an Idempotency-Key may have at most {MAX_BODY_BYTES} bytes of body")
-            return
-        method, path = scope["method"], scope.get("path", "")
-        fp = fingerprint(method, path, scope.get("query_string", b""), body)
-        key = scoped_key(key, scope)
         try:
-            pool = await self.runtime.pool()
-            token = await store.claim(pool, key, method, path, fp)
-            if token is None:
-                token = await self._wait_for_first(pool, key, fp, method, path, scope, receive, send)
-                if token is None:
-                    return  # answered: a replay, a mismatch or still in progress
-        except DatabaseNotConfigured as exc:
-            await answer(503, "database_not_configured", f"{exc}; idempotent requests cannot be served")
+            with database_errors():
+                credential = await credential_of(scope)
+        except ApiError as exc:
+            await answer(exc.status_code, exc.code, exc.message, exc.details, exc.headers)
             return
-        except DATABASE_ERRORS as exc:
-            await answer(503, "database_unavailable", f"the database is not reachable: {type(exc).__name__}")
+        except DatabaseUnavailable as exc:
+            await database_unavailable_response(exc)(scope, _no_receive, send)
+            return
+        body = await _read_body(receive)  # at most MAX_BODY_BYTES: app/api/body_limit.py counts it
+        method = scope["method"]
+        path = scope.get("path", "").replace("\x00", "%00")  # a NUL in a path parameter is not storable text
+        fp = fingerprint(method, path, scope.get("query_string", b""), body)
+        key = scoped_key(key, credential)
+        try:
+            with database_errors():
+                pool = await self.runtime.pool()
+                token = await store.claim(pool, key, method, path, fp)
+                if token is None:
+                    token = await self._wait_for_first(pool, key, fp, method, path, scope, receive, send)
+                    if token is None:
+                        return  # answered: a replay, a mismatch or still in progress
+        except DatabaseUnavailable as exc:  # outside the routes' exception handlers: answered here
+            await database_unavailable_response(exc)(scope, _no_receive, send)
             return
         await self._act(pool, key, token, body, scope, receive, send)
 
@@ -243,19 +263,13 @@ async def _no_receive() -> Message:
     return {"type": "http.disconnect"}
 
 
-async def _read_body(receive: Receive) -> bytes | None:
-    """The whole request body (None when it is too large to keep)."""
+async def _read_body(receive: Receive) -> bytes:
     parts: list[bytes] = []
-    size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             break
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            return None
-        parts.append(chunk)
+        parts.append(message.get("body", b""))
         if not message.get("more_body", False):
             break
     return b"".join(parts)

@@ -17,10 +17,11 @@ from app.api.cache import CACHED, cached_json, forget
 from app.api.deps import JOB_TYPES_MARK, enqueueable_types, listed_types, pool_of
 from app.api.errors import ApiError
 from app.api.pagination import ListQuery, Param, enum_param, uuid_param
+from app.api.payloads import accepted_payload
 from app.api.params import only_params
 from app.engine import job_admin
-from app.outreach.allowances import refund_credit
 from app.engine.jobs import NewJob, enqueue
+from app.pipeline import outcomes
 
 router = APIRouter(tags=["jobs"])
 
@@ -80,7 +81,10 @@ class JobCreated(BaseModel):
 class JobIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: str = Field(min_length=1, max_length=100, description="a stage's type")
-    payload: dict[str, Any] = Field(default_factory=dict, description="any JSON object; the handler reads it")
+    payload: dict[str, Any] = Field(
+        default_factory=dict,
+        description="a JSON object: what the stage declares for its type, "
+                    "at most MAX_PAYLOAD_BYTES of JSON, no NUL character anywhere")
     dedupe_key: str | None = Field(
         None, min_length=1, max_length=200,
         description="while a job with this key is pending or running, enqueueing another is a no-op "
@@ -95,6 +99,13 @@ class JobIn(BaseModel):
     def _no_nul(cls, value: str | None) -> str | None:
         if value is not None and "\x00" in value:
             raise ValueError("must not contain the NUL character")
+        return value
+
+    @field_validator("run_after", mode="before")
+    @classmethod
+    def _a_time_is_text(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, (str, datetime)):  # not a number of seconds
+            raise ValueError("must be a date-time like 2030-01-02T03:04:05Z")
         return value
 
     @field_validator("run_after")
@@ -187,7 +198,8 @@ async def create_job(body: JobIn, request: Request) -> JSONResponse:
         # not there, or another tenant's (row-level security hides it): the same answer
         raise ApiError(422, "unknown_campaign", f"no campaign {body.campaign_id}",
                        {"campaign_id": str(body.campaign_id)})
-    new = NewJob(type=body.type, payload=body.payload, dedupe_key=body.dedupe_key,
+    payload = accepted_payload(request, body.type, body.payload, ("body", "payload"))
+    new = NewJob(type=body.type, payload=payload, dedupe_key=body.dedupe_key,
                  campaign_id=body.campaign_id, run_after=body.run_after)
     for _ in range(5):
         try:
@@ -248,13 +260,11 @@ async def retry_job(job_id: uuid.UUID, request: Request) -> JSONResponse:
              responses={**_NOT_FOUND, 409: {"description": "job_running (it is never stomped: it ends when "
                                                            "its holder finishes) or job_finished"}})
 async def cancel_job(job_id: uuid.UUID, request: Request) -> JSONResponse:
-    """A pending job becomes failed with last_error 'cancelled' (and any credit it was
-    charged in an earlier attempt is refunded). A running job is left to its holder: 409."""
+    """A pending job becomes failed with last_error 'cancelled', and its stage's
+    `cancelled` hook runs with it (a refund, say). A running job is left to its holder: 409."""
     pool = await pool_of(request)
-    async with pool.acquire() as conn, conn.transaction():
-        row = await job_admin.cancel_job(conn, job_id)
-        if row is not None:
-            await refund_credit(conn, job_id)
+    runtime = request.app.state.runtime
+    row = await outcomes.cancel_job(pool, runtime.stages, job_id, runtime.settings)
     if row is None:
         current = await _current(pool, job_id)
         if current["status"] == "running":

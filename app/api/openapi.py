@@ -4,13 +4,16 @@ FastAPI describes each route's own parameters and answers. The manners every rou
 shares are added here, once, so no route can forget them:
 
 - every error answer has the one error shape (`Error`), including FastAPI's own 422;
-- every route documents 400 (unknown or bad query parameters), 500, and, when it
+- every route documents 400 (unknown or bad query parameters), 405 (another method on
+  its path), 413 (a body over MAX_BODY_BYTES, whatever the method), 500, and, when it
   touches the database, 503; every route but the health probes documents 429;
 - side-effecting routes take the Idempotency-Key header, document its 409 and 422, and
   say that a replayed answer carries Idempotent-Replayed;
 - /cron/pipeline needs the bearer CRON_SECRET (a security scheme, and its 401);
 - `limit` on list routes shows the configured default and maximum;
-- a job `type` in a request body lists the types this deployment runs."""
+- a job `type` in a request body lists the types this deployment runs, and each stage's
+  declared payload is a component, with an example job per type;
+- links say which operation follows from an answer (a new job's id to its cancel)."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from fastapi.openapi.utils import get_openapi
 from app.api.deps import JOB_TYPES_MARK, enqueueable_types_of, listed_types_of
 from app.api.idempotency import MAX_KEY_LENGTH, REPLAYED, applies
 from app.api.ratelimit import TRIGGER_PATH, UNLIMITED_PREFIXES
-from app.api.runtime import Runtime
+from app.runtime import Runtime
 from app.settings import Settings
 
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
@@ -50,6 +53,7 @@ ERROR_SCHEMA = {
 COMMON_ERRORS = {
     "400": "unknown_parameter (a query parameter this route does not take), invalid_parameter "
            "(a bad value), invalid_cursor, invalid_idempotency_key, bad_request",
+    "405": "method_not_allowed: this path does not take that method; Allow lists the ones it does",
     "500": "internal_error: unexpected; the details are in the server log, never in the answer",
     "503": "database_unavailable or database_not_configured",
     "429": "rate_limited: too many requests from this client this minute (only with REDIS_URL); "
@@ -60,6 +64,7 @@ COMMON_ERRORS = {
 JOB_TYPE_BODIES = ("JobIn", "BatchJobIn")
 
 RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}}
+ALLOW = {"Allow": {"description": "the methods this path takes", "schema": {"type": "string"}}}
 
 
 def _error_content() -> dict[str, Any]:
@@ -82,8 +87,11 @@ TENANT_PREFIXES = ("/campaigns", "/batches", "/jobs", "/runs", "/audit")
 def _complete_operation(path: str, method: str, op: dict[str, Any], settings: Settings) -> None:
     responses = op.setdefault("responses", {})
     health = path.startswith(UNLIMITED_PREFIXES)
-    for status in ("400", "500"):
+    for status in ("400", "405", "500"):
         _add_error(responses, status, COMMON_ERRORS[status])
+    _add_error(responses, "413", f"payload_too_large: the request body is over {settings.max_body_bytes} "
+                                 "bytes (MAX_BODY_BYTES), refused as it streams in")
+    responses["405"].setdefault("headers", {}).update(ALLOW)
     if path != "/health/live":
         _add_error(responses, "503", COMMON_ERRORS["503"])
     if not health:
@@ -116,7 +124,6 @@ def _complete_operation(path: str, method: str, op: dict[str, Any], settings: Se
         _add_error(responses, "409", "idempotency_in_progress: the first request with this "
                                      "Idempotency-Key has not answered yet; send it again shortly")
         _add_error(responses, "422", "idempotency_key_reused: this Idempotency-Key came with another request")
-        _add_error(responses, "413", "payload_too_large: a body over 1 MB with an Idempotency-Key")
         responses["409"].setdefault("headers", {}).update(RETRY_AFTER)
         for status, response in responses.items():
             if status.startswith("2"):
@@ -133,6 +140,64 @@ def _complete_operation(path: str, method: str, op: dict[str, Any], settings: Se
             response["content"] = _error_content()
 
 
+# Links between operations: what a client (or schemathesis's stateful phase) does next
+# with what an answer names. (from path, method, statuses) -> (to path, method), parameters.
+LINKS = [
+    (("/jobs", "post", ("200", "201")),
+     [("/jobs/{job_id}", "get"), ("/jobs/{job_id}/cancel", "post"), ("/jobs/{job_id}/retry", "post")],
+     {"job_id": "$response.body#/job/id"}),
+    (("/jobs/{job_id}/cancel", "post", ("200",)), [("/jobs/{job_id}/retry", "post")], {"job_id": "$response.body#/id"}),
+    (("/jobs/{job_id}/retry", "post", ("200",)), [("/jobs/{job_id}/cancel", "post")], {"job_id": "$response.body#/id"}),
+    (("/campaigns", "post", ("201",)),
+     [("/campaigns/{campaign_id}", "get"), ("/campaigns/{campaign_id}/contacts", "get"),
+      ("/campaigns/{campaign_id}/batches", "post")],
+     {"campaign_id": "$response.body#/id"}),
+    (("/campaigns/{campaign_id}/batches", "post", ("201",)),
+     [("/batches/{batch_id}", "get"), ("/batches/{batch_id}/cancel", "post")],
+     {"batch_id": "$response.body#/batchId"}),
+]
+
+
+def _add_links(paths: dict[str, Any]) -> None:
+    for (path, method, statuses), targets, parameters in LINKS:
+        responses = paths.get(path, {}).get(method, {}).get("responses", {})
+        for status in statuses:
+            for to_path, to_method in targets:
+                target = paths.get(to_path, {}).get(to_method)
+                if status in responses and target and "operationId" in target:
+                    name = target["operationId"]
+                    responses[status].setdefault("links", {})[name] = {
+                        "operationId": name, "parameters": parameters}
+
+
+def _declare_payloads(schemas: dict[str, Any], runtime: Runtime) -> None:
+    """Each stage's declared payload (`Stage(payload=Model)`) as a component that the job
+    bodies' `payload` names, and an example job for each type whose payload is known."""
+    declared: dict[str, str] = {}
+    examples: list[dict[str, Any]] = []
+    for stage in runtime.stages:
+        if stage.internal:
+            continue
+        if stage.payload is None:
+            examples.append({"type": stage.type, "payload": {}})
+            continue
+        model = stage.payload.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, sub in model.pop("$defs", {}).items():
+            schemas.setdefault(name, sub)
+        schemas.setdefault(stage.payload.__name__, model)
+        declared[stage.type] = stage.payload.__name__
+        examples.extend({"type": stage.type, "payload": e} for e in model.get("examples", [])[:1])
+    for body in JOB_TYPE_BODIES:
+        payload = schemas.get(body, {}).get("properties", {}).get("payload")
+        if payload is not None and declared:
+            payload["description"] = (payload.get("description", "") + "; declared by type: " + ", ".join(
+                f"{t}: #/components/schemas/{name}" for t, name in declared.items()))
+    if examples and "JobIn" in schemas:
+        schemas["JobIn"]["examples"] = examples
+    if examples and "BatchIn" in schemas:
+        schemas["BatchIn"]["examples"] = [{"jobs": examples}]
+
+
 def build_openapi(app: FastAPI, runtime: Runtime) -> dict[str, Any]:
     settings = runtime.settings
     schema = get_openapi(title=app.title, version=app.version, description=app.description,
@@ -146,6 +211,7 @@ def build_openapi(app: FastAPI, runtime: Runtime) -> dict[str, Any]:
         prop = schemas.get(name, {}).get("properties", {}).get("type")
         if prop is not None and types["enqueueable"]:
             prop["enum"] = types["enqueueable"]
+    _declare_payloads(schemas, runtime)
     components.setdefault("securitySchemes", {})["cronSecret"] = {
         "type": "http", "scheme": "bearer", "description": "CRON_SECRET"}
     components["securitySchemes"]["apiKey"] = {
@@ -160,6 +226,7 @@ def build_openapi(app: FastAPI, runtime: Runtime) -> dict[str, Any]:
                     which = param.get("schema", {}).pop(JOB_TYPES_MARK, None)
                     if which in types and types[which]:
                         param["schema"]["enum"] = types[which]
+    _add_links(schema.get("paths", {}))
     # FastAPI's own validation error schemas are never sent (errors.py answers in the
     # one shape instead); drop them when nothing refers to them any more.
     text = str(schema["paths"])

@@ -8,6 +8,7 @@ drafts appear while its crawl is still going rather than after it.
 
   extract  pull contacts out of fetched pages (a batch handler)
   draft    a first message to each contact; one plan credit each, refunded if it gives up
+           or is cancelled
   brief    fetch the campaign's home page, keep what it says, start the crawl
   crawl    fetch one page, store it, queue its extract and its unseen same-site links
 
@@ -20,12 +21,15 @@ from app.outreach.brief import BRIEF, brief
 from app.outreach.crawl import CRAWL, EXTRACT, crawl, crawl_gave_up
 from app.outreach.draft import DRAFT, draft, refund_draft
 from app.outreach.extract import extract
+from app.outreach.payloads import BriefPayload, CrawlPayload, DraftPayload, ExtractPayload
 
-EXTRACT_STAGE = Stage(type=EXTRACT, batch_handler=extract, batch=25, lease=120, timeout=60)
+EXTRACT_STAGE = Stage(type=EXTRACT, batch_handler=extract, batch=25, lease=120, timeout=60,
+                      payload=ExtractPayload)
 DRAFT_STAGE = Stage(type=DRAFT, handler=draft, batch=8, concurrency=4, lease=300, timeout=120,
-                    max_attempts=3, gave_up=refund_draft)
-BRIEF_STAGE = Stage(type=BRIEF, handler=brief, batch=2, concurrency=2, lease=120, timeout=60)
+                    max_attempts=3, gave_up=refund_draft, cancelled=refund_draft, payload=DraftPayload)
+BRIEF_STAGE = Stage(type=BRIEF, handler=brief, batch=2, concurrency=2, lease=120, timeout=60,
+                    payload=BriefPayload)
 CRAWL_STAGE = Stage(type=CRAWL, handler=crawl, batch=4, concurrency=4, lease=120, timeout=60,
-                    max_attempts=3, gave_up=crawl_gave_up)
+                    max_attempts=3, gave_up=crawl_gave_up, payload=CrawlPayload)
 
 STAGES = [EXTRACT_STAGE, DRAFT_STAGE, BRIEF_STAGE, CRAWL_STAGE]

@@ -14,32 +14,27 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.api.deps import pool_of
-from app.api.errors import ApiError
+from app.api.errors import ApiError, invalid_request
 from app.api.pagination import ListQuery
 from app.api.params import only_params
 from app.outreach import allowances
 from app.outreach import store
 from app.outreach.plans import PLANS
 from app.outreach.brief import BRIEF
-from app.outreach.campaigns import CampaignInputError, PlanConflictError, add_campaign
+from app.outreach.payloads import MAX_URL_LENGTH, URL_PATTERN, address_problem, url_shape_problem
+from app.outreach.campaigns import CampaignInputError, CampaignLimitError, PlanConflictError, add_campaign
 
 router = APIRouter(tags=["campaigns"])
 
 CONTACT_LIST = ListQuery("campaign_contacts")
 
-# The schema says exactly what is accepted (so a client, or a fuzzer, can tell a valid
-# request from the schema alone): http(s), a host name, an optional port, then anything
-# printable. app.outreach.urls checks the same again for the CLI.
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-_PORT = r"(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4})"
-URL_PATTERN = rf"^[Hh][Tt][Tt][Pp][Ss]?://{_LABEL}(?:\.{_LABEL})*\.?(?::{_PORT})?(?:[/?#][^\s\x00-\x1f\x7f]*)?$"
 EMAIL_PATTERN = r"^[^@\s\x00-\x1f\x7f]{1,64}@[^@\s\x00-\x1f\x7f]{1,255}$"
 PlanName = Literal[tuple(PLANS)]  # type: ignore[valid-type]
 
 
 class CampaignIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    url: str = Field(max_length=2000, json_schema_extra={"pattern": URL_PATTERN},
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"url": "https://example.com"}]})
+    url: str = Field(max_length=MAX_URL_LENGTH, json_schema_extra={"pattern": URL_PATTERN},
                      description="the site's home page, like https://example.com")
     owner: str | None = Field(None, max_length=320, json_schema_extra={"pattern": EMAIL_PATTERN},
                               description="the owner's e-mail; created when new (default DEFAULT_OWNER_EMAIL)")
@@ -50,8 +45,9 @@ class CampaignIn(BaseModel):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        if not _printable(value) or not re.fullmatch(URL_PATTERN, value):
-            raise ValueError("must be an http(s) URL with a host name, like https://example.com")
+        why = url_shape_problem(value)
+        if why:
+            raise ValueError(why)
         return value
 
     @field_validator("owner")
@@ -167,9 +163,12 @@ def _contact_json(r) -> dict[str, Any]:
 
 @router.post("/campaigns", status_code=201, response_model=CampaignOut, summary="Add a campaign",
              dependencies=[Depends(only_params())],
-             responses={409: {"description": "plan_conflict: the owner is on another plan"},
-                        422: {"description": "invalid_request: not an http(s) URL, not an e-mail "
-                                             "address, an unknown plan, or a malformed body"},
+             responses={409: {"description": "plan_conflict: the owner is on another plan; "
+                                             "campaign_limit: the owner has as many campaigns as "
+                                             "their plan allows"},
+                        422: {"description": "invalid_request: not an http(s) URL, a host that is not "
+                                             "a public address, not an e-mail address, an unknown plan, "
+                                             "or a malformed body"},
                         503: {"description": "this deployment's stages have no 'brief' stage"}})
 async def create_campaign(body: CampaignIn, request: Request):
     """A campaign for a site. Its owner is created (on `plan`) when new, and its first job,
@@ -179,6 +178,9 @@ async def create_campaign(body: CampaignIn, request: Request):
         raise ApiError(503, "unavailable",
                        f"this deployment's stages ({runtime.settings.pipeline_stages}) have no {BRIEF!r} "
                        "stage, so nothing would run a new campaign")
+    refused = address_problem(body.url, runtime.settings)
+    if refused:
+        raise invalid_request([(("body", "url"), refused)])
     pool = await pool_of(request)
     actor = request.state.actor
     owner_id = None
@@ -193,6 +195,10 @@ async def create_campaign(body: CampaignIn, request: Request):
         made = await add_campaign(pool, body.url, owner=owner, plan=body.plan, owner_id=owner_id)
     except PlanConflictError as exc:
         raise ApiError(409, "plan_conflict", str(exc)) from None
+    except CampaignLimitError as exc:
+        raise ApiError(409, "campaign_limit", str(exc),
+                       {"plan": exc.plan.name, "maxCampaigns": exc.plan.max_campaigns,
+                        "campaigns": exc.campaigns}) from None
     except CampaignInputError as exc:
         raise ApiError(422, "invalid_request", str(exc)) from None
     out = await _campaign_json(pool, made["id"])

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from serving_kit import Recorder
+from serving_kit import Recorder, assert_error
 
+from app.outreach.payloads import DraftPayload
+from app.pipeline.stage import Stage
 from tests import factories as f
 
 
@@ -78,3 +80,22 @@ async def test_progress_through_a_real_run(make_client, pool, recorder):
     assert batch["progress"] == 15 and batch["finishedAt"] is not None
     assert (await client.post(f"/batches/{created['batchId']}/cancel")).status_code == 409
     assert (await client.get(f"/batches/{uuid.uuid4()}")).status_code == 404
+
+
+async def test_each_payload_in_a_batch_is_checked_against_its_stage(make_client, pool):
+    async def noop(job, ctx) -> None:
+        return None
+
+    client = await make_client(stages=[Recorder("record").stage,
+                                       Stage(type="draft", handler=noop, payload=DraftPayload, lease=60, timeout=10)])
+    c = await f.campaign(pool, await f.user(pool, "pro"))
+    r = await client.post(f"/campaigns/{c}/batches", json={"jobs": [
+        {"type": "record", "payload": {"free": "form"}}, {"type": "draft", "payload": {"contact": 1}}]})
+    error = assert_error(r, 422, "invalid_request")
+    assert [d["location"] for d in error["details"]] == ["body.jobs.1.payload.contact_id", "body.jobs.1.payload.contact"]
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
+    contact = str(uuid.uuid4())
+    ok = await client.post(f"/campaigns/{c}/batches", json={"jobs": [
+        {"type": "record", "payload": {"free": "form"}}, {"type": "draft", "payload": {"contact_id": contact}}]})
+    assert ok.status_code == 201, ok.text
+    assert await pool.fetchval("SELECT payload FROM jobs WHERE type = 'draft'") == {"contact_id": contact}

@@ -9,6 +9,7 @@ import uuid
 from serving_kit import AUTH, Recorder, assert_error, make_settings
 
 from app.api.idempotency import fingerprint, scoped_key
+from app.engine.accounts import KEY_SHAPE
 from app.engine import idempotency as store
 from app.pipeline.maintenance import RECURRING, expire_idempotency_keys
 from tests import factories as f
@@ -90,14 +91,16 @@ async def test_concurrent_pipeline_triggers_with_one_key_run_once(make_client, p
     headers = {**AUTH, **key()}
     answers = await asyncio.gather(*(client.post("/cron/pipeline", headers=headers) for _ in range(4)))
     assert [a.status_code for a in answers] == [200] * 4, [a.text for a in answers]
-    assert len({a.json()["runId"] for a in answers}) == 1
+    assert len({a.json()["id"] for a in answers}) == 1
     assert await pool.fetchval("SELECT count(*) FROM runs") == 1
     assert len(recorder.seen) == 3
 
 
 def stored_key(client, key: str) -> str:
-    """How the key is stored for requests carrying this client's Authorization header."""
-    return scoped_key(key, {"headers": [(b"authorization", client.headers["authorization"].encode())]})
+    """How the key is stored for requests made with this client's API key: in the
+    namespace of the key's prefix, its public id."""
+    token = client.headers["authorization"].split()[-1]
+    return scoped_key(key, f"key:{KEY_SHAPE.match(token).group(1)}")
 
 
 async def test_a_request_still_in_progress_makes_the_next_one_wait_then_409(make_client, pool, dsn):
@@ -140,7 +143,7 @@ async def test_refused_credentials_and_server_errors_give_the_key_back(make_clie
     right = await client.post("/cron/pipeline", headers={**k, **AUTH})
     assert right.status_code == 200
     replay = await client.post("/cron/pipeline", headers={**k, **AUTH})
-    assert replay.json()["runId"] == right.json()["runId"]
+    assert replay.json()["id"] == right.json()["id"]
     assert await pool.fetchval("SELECT count(*) FROM runs") == 1
 
     # a 5xx is not kept: here the database is unreachable for the app, but not for us

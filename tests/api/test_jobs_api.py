@@ -7,9 +7,11 @@ import asyncio
 import uuid
 from datetime import datetime, timezone
 
-from serving_kit import Recorder, assert_error
+from serving_kit import Recorder, assert_error, make_settings
 
 from app.engine import jobs as q
+from app.outreach.payloads import BriefPayload, CrawlPayload, DraftPayload
+from app.pipeline.stage import Stage
 from tests import factories as f
 
 
@@ -194,3 +196,50 @@ async def test_a_cancelled_job_can_be_retried_unless_its_dedupe_key_was_reused(m
     await client.post(f"/jobs/{newer['job']['id']}/cancel")
     retried = await client.post(f"/jobs/{job['id']}/retry")
     assert retried.status_code == 200 and retried.json()["status"] == "pending"
+
+
+async def declared(make_client, dsn, **settings):
+    """A client whose stages declare their payloads as the example pipeline's do."""
+    async def noop(job, ctx) -> None:
+        return None
+
+    stages = [Stage(type=t, handler=noop, payload=model, lease=60, timeout=10)
+              for t, model in (("crawl", CrawlPayload), ("draft", DraftPayload), ("brief", BriefPayload))]
+    return await make_client(make_settings(dsn, **settings), stages=stages)
+
+
+async def test_a_payload_must_be_what_its_stage_declares(make_client, pool, dsn):
+    client = await declared(make_client, dsn)
+    contact = str(uuid.uuid4())
+    for body, where, needle in (
+        ({"type": "draft", "payload": {}}, "body.payload.contact_id", "required"),
+        ({"type": "draft", "payload": {"contact_id": "nope"}}, "body.payload.contact_id", "UUID"),
+        ({"type": "draft", "payload": {"contact_id": contact, "extra": 1}}, "body.payload.extra", "not permitted"),
+        ({"type": "brief", "payload": {"page_id": contact}}, "body.payload.page_id", "not permitted"),
+        ({"type": "crawl", "payload": {}}, "body.payload", "give page_id or url"),
+        ({"type": "crawl", "payload": {"url": "ftp://example.com/"}}, "body.payload.url", "http(s) URL"),
+        ({"type": "crawl", "payload": {"url": "https://example.com/", "depth": 101}}, "body.payload.depth", "100"),
+        ({"type": "crawl", "payload": {"url": "https://example.com/", "depth": 2**31}}, "body.payload.depth", "100"),
+    ):
+        error = assert_error(await client.post("/jobs", json=body), 422, "invalid_request")
+        assert error["details"][0]["location"] == where and needle in error["details"][0]["message"], (body, error)
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
+    # what fits is stored as declared: the fields sent, in their types
+    made = await client.post("/jobs", json={"type": "crawl", "payload": {"url": "https://example.com/a", "depth": "2"}})
+    assert made.status_code == 201, made.text
+    assert made.json()["job"]["payload"] == {"url": "https://example.com/a", "depth": 2}
+    draft = await client.post("/jobs", json={"type": "draft", "payload": {"contact_id": contact.upper()}})
+    assert draft.json()["job"]["payload"] == {"contact_id": contact}
+
+
+async def test_a_crawl_url_naming_a_non_public_address_is_422(make_client, pool, dsn):
+    client = await declared(make_client, dsn, fetch_allow_private="127.0.0.1:8000")
+    for url in ("http://127.0.0.1/", "http://127.1:8000/", "http://0177.0.0.1/", "http://169.254.169.254/",
+                "http://192.168.1.1:8080/admin", "http://localhost:8000/", "http://api.localhost/"):
+        error = assert_error(await client.post("/jobs", json={"type": "crawl", "payload": {"url": url}}),
+                             422, "invalid_request")
+        assert error["details"][0]["location"] == "body.payload.url" and "not public" in error["message"], url
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
+    # exactly the listed host:port is the exception
+    listed = await client.post("/jobs", json={"type": "crawl", "payload": {"url": "http://127.0.0.1:8000/"}})
+    assert listed.status_code == 201, listed.text

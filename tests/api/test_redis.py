@@ -90,7 +90,7 @@ def settings_for(dsn, redis_server, **overrides):
 async def not_near_a_minute_boundary():
     """The limits count in fixed one-minute windows: start a counting test well inside one."""
     left = 60 - time.time() % 60
-    if left < 4:
+    if left < 15:  # a loaded machine can take seconds over the handful of requests
         await asyncio.sleep(left + 0.1)
 
 

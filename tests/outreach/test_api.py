@@ -9,7 +9,7 @@ import pytest
 
 from app.api import create_app
 from app.outreach.sample import sample_site_app
-from tests.outreach.conftest import run, settings
+from tests.outreach.conftest import reachable, run, settings
 from tests.outreach.servers import ServerThread
 
 
@@ -22,9 +22,14 @@ async def api(dsn, admin_headers):
     await app.state.runtime.close()
 
 
-async def test_add_a_campaign_then_read_it_and_its_contacts(api, pool):
-    with ServerThread(sample_site_app()) as server:
-        r = await api.post("/campaigns", json={"url": server.url, "plan": "standard", "owner": "Kim@Example.com"})
+async def test_add_a_campaign_then_read_it_and_its_contacts(api, pool, dsn, admin_headers):
+    with reachable(ServerThread(sample_site_app())) as server:
+        # an app made now, whose FETCH_ALLOW_PRIVATE lists the server: POST /campaigns checks it too
+        listed = create_app(settings(database_url=dsn, run_scheduler=False))
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=listed), base_url="http://skiplock.test",
+                                     headers=admin_headers) as client:
+            r = await client.post("/campaigns", json={"url": server.url, "plan": "standard", "owner": "Kim@Example.com"})
+        await listed.state.runtime.close()
         assert r.status_code == 201, r.text
         made = r.json()
         assert made["url"] == server.url + "/" and made["plan"] == "standard" and made["owner"] == "kim@example.com"
