@@ -5,6 +5,11 @@ itself: TCP on 127.0.0.1 with a free port, `--locale=C.UTF-8` (other locales may
 missing), and reuse of a server that an earlier, killed process left running on the
 same data directory (its postmaster.pid tells the port), so no orphan piles up.
 
+Every connection needs the superuser's password (SCRAM), even from this machine: it is
+generated once into the data folder (`pg-password`, mode 600) and is part of the DSN.
+A data directory made before that (trusting every local connection) is switched over
+on its next start: the password set, pg_hba.conf rewritten, the configuration reloaded.
+
 As root, PostgreSQL refuses to run, so the server runs as a system user
 (`skiplock_pg`, created when missing) and every parent folder of the data directory
 is opened for traversal (`chmod go+x`). Keep the data directory somewhere where that
@@ -16,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import os
 import pwd
+import re
+import secrets
 import shutil
 import socket
 import stat
@@ -24,9 +31,25 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 SYSTEM_USER = "skiplock_pg"
 SUPERUSER = "postgres"
+PASSWORD_FILE = "pg-password"
+RELOAD_SECONDS = 10.0
+
+# What pg_hba.conf says once the server requires passwords (initdb writes the same rules
+# for a new data directory, given --auth=scram-sha-256).
+PASSWORD_ONLY_HBA = """\
+# Every connection needs the superuser's password (kept in pg-password beside pgdata/).
+local   all           all                  scram-sha-256
+host    all           all   127.0.0.1/32   scram-sha-256
+host    all           all   ::1/128        scram-sha-256
+local   replication   all                  scram-sha-256
+host    replication   all   127.0.0.1/32   scram-sha-256
+host    replication   all   ::1/128        scram-sha-256
+"""
+_TRUST_RULE = re.compile(r"^\s*(local|host\S*)\s.*\strust\s*$")
 
 
 class LocalPostgresError(RuntimeError):
@@ -75,8 +98,49 @@ class LocalPostgres:
     def log_path(self) -> Path:
         return self.data_dir / "server.log"
 
+    @property
+    def password_path(self) -> Path:
+        return self.data_dir / PASSWORD_FILE
+
     def _run_as(self) -> dict:
         return {"user": SYSTEM_USER} if os.geteuid() == 0 else {}
+
+    def _write_private(self, path: Path, text: str, *, for_server: bool = False) -> None:
+        """Write `text` to `path` with mode 600 (owned by the server's user when `for_server`
+        and running as root, so that the server can read it)."""
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        if for_server and os.geteuid() == 0:
+            entry = pwd.getpwnam(SYSTEM_USER)
+            os.chown(tmp, entry.pw_uid, entry.pw_gid)
+        os.replace(tmp, path)
+
+    def trusts_connections(self) -> bool:
+        """Whether the data directory's pg_hba.conf lets anyone in without a password (one
+        made before passwords were required)."""
+        try:
+            lines = (self._pgdata / "pg_hba.conf").read_text().splitlines()
+        except FileNotFoundError:
+            return False
+        return any(_TRUST_RULE.match(line) for line in lines)
+
+    def password(self) -> str:
+        """The superuser's password: generated on first use into the data folder, then kept."""
+        try:
+            kept = self.password_path.read_text().strip()
+        except FileNotFoundError:
+            kept = ""
+        if kept:
+            return kept
+        if (self._pgdata / "PG_VERSION").exists() and not self.trusts_connections():
+            raise LocalPostgresError(
+                f"{self._pgdata} requires a password, and {self.password_path} (where it was kept) is "
+                f"missing or empty; stop that server and delete {self._pgdata} to start afresh")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._write_private(self.password_path, secrets.token_urlsafe(24) + "\n")
+        return self.password_path.read_text().strip()
 
     def _prepare_root(self) -> None:
         """Running as root: make the system user and let it reach the data and binaries."""
@@ -114,7 +178,7 @@ class LocalPostgres:
         return int(lines[3])
 
     def dsn(self, port: int, database: str = "postgres") -> str:
-        return f"postgresql://{SUPERUSER}@127.0.0.1:{port}/{database}"
+        return f"postgresql://{SUPERUSER}:{quote(self.password(), safe='')}@127.0.0.1:{port}/{database}"
 
     def start(self) -> int:
         """Start (or reuse) the server and return its port."""
@@ -128,11 +192,18 @@ class LocalPostgres:
         if not (self._pgdata / "PG_VERSION").exists():
             if self._pgdata.exists():
                 shutil.rmtree(self._pgdata)
-            subprocess.run(
-                [str(bins / "initdb"), "-D", str(self._pgdata), "-U", SUPERUSER, "--auth=trust",
-                 "--encoding=UTF8", "--locale=C.UTF-8", "--no-instructions"],
-                check=True, capture_output=True, **self._run_as(),
-            )
+            pwfile = self.data_dir / ".initdb-password"  # readable by initdb, gone right after
+            self._write_private(pwfile, self.password() + "\n", for_server=True)
+            try:
+                subprocess.run(
+                    [str(bins / "initdb"), "-D", str(self._pgdata), "-U", SUPERUSER,
+                     "--auth=scram-sha-256", f"--pwfile={pwfile}",
+                     "--encoding=UTF8", "--locale=C.UTF-8", "--no-instructions",
+                     *(["--no-sync"] if self.fast else [])],
+                    check=True, capture_output=True, **self._run_as(),
+                )
+            finally:
+                pwfile.unlink(missing_ok=True)
         port = _free_port()
         options = f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories='' -c max_connections=200"
         if self.fast:
@@ -146,6 +217,40 @@ class LocalPostgres:
             tail = self.log_path.read_text()[-2000:] if self.log_path.exists() else result.stderr
             raise LocalPostgresError(f"PostgreSQL did not start in {self._pgdata}: {tail.strip()}")
         return port
+
+    async def require_password(self, port: int) -> None:
+        """A running server on a data directory that trusts local connections: give the
+        superuser the password, make pg_hba.conf require it, and reload; returns once the
+        server has reloaded. Does nothing when passwords are already required."""
+        if not self.trusts_connections():
+            return
+        import asyncpg
+
+        from app.engine.queries import query
+
+        # ALTER ROLE takes no parameters: the password travels as a session setting
+        conn = await asyncpg.connect(self.dsn(port), server_settings={"skiplock.local_password": self.password()})
+        try:
+            await conn.execute(query("local_password_set"))
+            loaded_before = await conn.fetchval(query("local_config_loaded_at"))
+        finally:
+            await conn.close()
+        self._write_private(self._pgdata / "pg_hba.conf", PASSWORD_ONLY_HBA, for_server=True)
+        await asyncio.to_thread(
+            subprocess.run, [str(_bin_dir() / "pg_ctl"), "-D", str(self._pgdata), "reload"],
+            check=True, capture_output=True, **self._run_as())
+        deadline = time.monotonic() + RELOAD_SECONDS
+        while True:  # a new session's load time is the server's, once it has reloaded
+            conn = await asyncpg.connect(self.dsn(port))
+            try:
+                loaded = await conn.fetchval(query("local_config_loaded_at"))
+            finally:
+                await conn.close()
+            if loaded > loaded_before:
+                return
+            if time.monotonic() > deadline:
+                raise LocalPostgresError(f"the PostgreSQL on {self._pgdata} did not reload pg_hba.conf")
+            await asyncio.sleep(0.05)
 
     def stop(self) -> None:
         if self.running_port() is None:
@@ -162,6 +267,11 @@ class LocalPostgres:
 LOCAL_DATA_DIR = Path(".data")
 
 
+def without_password(dsn: str) -> str:
+    """The DSN to show a person: its password masked."""
+    return re.sub(r"^(\w+://[^:/@]*):[^@/]*@", r"\1:***@", dsn)
+
+
 async def local_database_url(data_dir: Path = LOCAL_DATA_DIR) -> str:
     """Start (or reuse) the local server under .data/ and return the `skiplock` database's DSN."""
     import asyncpg
@@ -170,6 +280,7 @@ async def local_database_url(data_dir: Path = LOCAL_DATA_DIR) -> str:
 
     server = LocalPostgres(data_dir)
     port = await asyncio.to_thread(server.start)
+    await server.require_password(port)  # a data directory from before passwords
     conn = await asyncpg.connect(server.dsn(port))
     try:
         if not await conn.fetchval(query("database_exists"), "skiplock"):

@@ -1,12 +1,17 @@
 """Who a transaction acts for: the audit triggers read the actor, and row-level
 security reads the tenant. All settings are transaction-local (SET LOCAL), so nothing
-survives on a pooled connection after commit or rollback."""
+survives on a pooled connection after commit or rollback.
+
+A tenant transaction (an API request's) runs as a role that does not own the tables:
+skiplock_admin for an admin key, skiplock_api otherwise. Its tenant is not a setting the
+role could change but the API key it presents (prefix and digest), which the database
+checks against api_keys on every query; the role cannot read the stored digests."""
 
 from __future__ import annotations
 
 import uuid
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 import asyncpg
@@ -17,11 +22,20 @@ ACTOR_KINDS = ("user", "admin", "system", "pipeline")
 
 
 @dataclass(frozen=True)
+class KeyProof:
+    """What a transaction presents to act for an API key's owner: the key's prefix and
+    the SHA-256 digest of the whole key (never the key itself)."""
+    prefix: str
+    digest: str = field(repr=False)
+
+
+@dataclass(frozen=True)
 class Actor:
     kind: str                      # user | admin | system | pipeline
     id: str | None = None          # who: a user id, "cli", ...
     user_id: uuid.UUID | None = None  # the tenant (for user and admin keys: the key's owner)
     email: str | None = None
+    key: KeyProof | None = None    # for user and admin actors: the key they came with
 
     def __post_init__(self) -> None:
         if self.kind not in ACTOR_KINDS:
@@ -36,8 +50,8 @@ SYSTEM = Actor("system", "app")
 
 
 async def act_as(conn: asyncpg.Connection, actor: Actor) -> None:
-    """Inside a transaction: name the actor (and tenant) for what follows."""
-    await conn.execute(query("act_as"), actor.kind, actor.id, actor.user_id)
+    """Inside a transaction: name the actor for what follows (as the connection's own role)."""
+    await conn.execute(query("act_as"), actor.kind, actor.id)
 
 
 async def act_as_default(conn: asyncpg.Connection, actor: Actor = SYSTEM) -> None:
@@ -46,8 +60,12 @@ async def act_as_default(conn: asyncpg.Connection, actor: Actor = SYSTEM) -> Non
 
 
 async def enter_tenant(conn: asyncpg.Connection, actor: Actor) -> None:
-    """Inside a transaction: become the RLS-bound role skiplock_api, for `actor`."""
-    await conn.execute(query("act_as_tenant"), actor.kind, actor.id, actor.user_id)
+    """Inside a transaction: become skiplock_api (skiplock_admin for an admin), presenting
+    `actor`'s key. Without a key there is no tenant to enter."""
+    if actor.key is None or actor.kind not in ("user", "admin"):
+        raise ValueError("a tenant transaction needs a user or admin actor with its API key "
+                         "(app.engine.accounts.authenticate makes one)")
+    await conn.execute(query("act_as_tenant"), actor.kind, actor.id, actor.key.prefix, actor.key.digest)
 
 
 @asynccontextmanager

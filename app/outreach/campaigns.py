@@ -4,19 +4,19 @@ What the CLI's `campaign add`, the API's POST /campaigns and the demo seed call.
 
 from __future__ import annotations
 
-import re
 import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
 from app.outreach import store
+from app.engine import accounts
 from app.engine import jobs as q
 from app.engine.tenancy import act_as_default
-from app.outreach.plans import PLANS
+from app.engine.queries import query
+from app.outreach.plans import DEFAULT_PLAN, PLANS, Plan
 from app.outreach.brief import brief_job
 from app.outreach.urls import BadUrl, normalize_url
 
-_EMAIL = re.compile(r"^[^@\s\x00-\x1f\x7f]{1,64}@[^@\s\x00-\x1f\x7f]{1,255}$")
 
 
 class CampaignInputError(ValueError):
@@ -27,6 +27,15 @@ class PlanConflictError(CampaignInputError):
     """The owner exists on another plan; adding a campaign does not change a subscription."""
 
 
+class CampaignLimitError(CampaignInputError):
+    """The owner already has as many campaigns as their plan allows."""
+
+    def __init__(self, email: str, plan: Plan, campaigns: int) -> None:
+        self.plan, self.campaigns = plan, campaigns
+        super().__init__(f"{email} has {campaigns} campaigns, as many as the {plan.label} plan allows "
+                         f"({plan.max_campaigns}); a bigger plan allows more")
+
+
 def check_plan(plan: str | None) -> str | None:
     if plan is not None and plan not in PLANS:
         raise CampaignInputError(f"unknown plan {plan!r}; the plans are: {', '.join(PLANS)}")
@@ -34,10 +43,10 @@ def check_plan(plan: str | None) -> str | None:
 
 
 def check_email(email: str) -> str:
-    email = (email or "").strip().lower()
-    if not _EMAIL.match(email) or len(email) > 320:
-        raise CampaignInputError(f"{email!r} is not an e-mail address")
-    return email
+    try:
+        return accounts.check_email(email)
+    except accounts.AccountError as exc:
+        raise CampaignInputError(str(exc)) from None
 
 
 def check_url(url: str) -> str:
@@ -60,15 +69,27 @@ async def add_campaign_in(conn, url: str, *, owner: str, plan: str | None = None
             plan_name = await store.owner_plan(conn, owner_id, email, plan)
     except store.PlanConflict as exc:
         raise PlanConflictError(str(exc)) from None
+    await check_campaign_limit(conn, owner_id, email, PLANS.get(plan_name, PLANS[DEFAULT_PLAN]))
     row = await store.insert_campaign(conn, owner_id, urlsplit(url).netloc, url)
     job_id = await q.enqueue(conn, brief_job(row["id"]))
     return {"id": row["id"], "name": row["name"], "url": row["url"], "status": row["status"],
             "owner": email, "plan": plan_name, "created_at": row["created_at"], "brief_job": job_id}
 
 
+async def check_campaign_limit(conn, owner_id: uuid.UUID, email: str, plan: Plan) -> None:
+    """Raise CampaignLimitError when the owner has plan.max_campaigns already. Holds a lock
+    on the owner's row until the caller's transaction ends: two creations at once for one
+    owner count one after the other, so they cannot both slip under the limit."""
+    await conn.execute(query("usage_owner_lock"), owner_id)
+    campaigns = await conn.fetchval(query("usage_owner_campaigns"), owner_id)
+    if campaigns >= plan.max_campaigns:
+        raise CampaignLimitError(email, plan, campaigns)
+
+
 async def add_campaign(pool, url: str, *, owner: str, plan: str | None = None,
                        owner_id: uuid.UUID | None = None) -> dict[str, Any]:
-    """A new campaign on `url` for `owner`, with its brief queued. Raises CampaignInputError."""
+    """A new campaign on `url` for `owner`, with its brief queued. Raises CampaignInputError
+    (CampaignLimitError when the owner's plan allows no more campaigns)."""
     async with pool.acquire() as conn, conn.transaction():
         return await add_campaign_in(conn, url, owner=owner, plan=plan, owner_id=owner_id)
 

@@ -4,6 +4,10 @@ spend more than there is.
 
 Part of each day's units is a reserve for runs a person started: a scheduled run
 stops when only the reserve is left, a person-initiated run may spend it down to zero.
+
+Each owner may spend only a share of the day's units (their plan's quota_share, kept per
+owner in quota_user_ledger), so one tenant cannot spend the day for everyone: when their
+share is used up their jobs wait for the next UTC day, and everyone else's keep going.
 """
 
 from __future__ import annotations
@@ -60,6 +64,21 @@ async def spend(db, units: int, trigger: str, *, daily_units: int, reserve: int)
         return Spend(EXHAUSTED, max(left, 0))
     # enough units exist, but only inside the reserve, which this run may not touch
     return Spend(RESERVE, left)
+
+
+async def spend_share(db, campaign_id, units: int, *, share: int) -> bool:
+    """Take `units` of the share of today's quota that the campaign's owner may use
+    (`share` units a day); False, taking nothing, when it is used up. A campaign with no
+    owner is the operator's: no share applies."""
+    if units < 1:
+        raise ValueError("spend at least one unit")
+    row = await db.fetchrow(query("quota_user_spend"), campaign_id, share, units)
+    return row["owner"] is None or row["spent"] is not None
+
+
+async def share_spent_today(db, user_id) -> int:
+    """Units of the shared quota `user_id`'s campaigns spent today (UTC)."""
+    return await db.fetchval(query("quota_user_today"), user_id)
 
 
 @dataclass(frozen=True)

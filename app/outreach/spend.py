@@ -1,6 +1,7 @@
 """What a page fetch costs: one page of the campaign's daily allowance (its plan's) and
-one unit of the shared quota. Both are taken in one transaction before the fetch, so a
-fetch the quota refuses does not use up the campaign's allowance either."""
+one unit of the shared quota, counted against the owner's share of it too. All are taken
+in one transaction before the fetch, so a fetch the quota refuses does not use up the
+campaign's allowance or the owner's share either."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ UNITS_PER_FETCH = 1
 async def spend_fetch(ctx: Context, campaign_id: uuid.UUID) -> None:
     """Pay for one fetch, or raise:
 
-    DeferJob(next UTC day)   the campaign's plan allows no more pages today;
+    DeferJob(next UTC day)   the campaign's plan allows no more pages today, or its
+                             owner's share of the shared quota is used up (other
+                             owners' jobs keep going);
     StopRun("quota_reserve") only the reserve is left and a schedule started this run
                              (the job waits for the next run; a person's run may use it);
     StopRun("quota_exhausted", next UTC day)  the shared quota is spent for today."""
@@ -25,6 +28,11 @@ async def spend_fetch(ctx: Context, campaign_id: uuid.UUID) -> None:
         if not await allowances.use_page(conn, campaign_id, plan.daily_pages):
             raise DeferJob(quota.next_utc_day(),
                            f"the {plan.label} plan's {plan.daily_pages} pages a day are used up")
+        share = plan.quota_share(s.quota_daily_units)
+        if not await quota.spend_share(conn, campaign_id, UNITS_PER_FETCH, share=share):
+            raise DeferJob(quota.next_utc_day(),
+                           f"the owner's share of the shared quota ({share} units a day on the "
+                           f"{plan.label} plan) is used up")
         spent = await quota.spend(conn, UNITS_PER_FETCH, ctx.trigger,
                                   daily_units=s.quota_daily_units, reserve=s.quota_reserve_units)
         if spent.status == quota.RESERVE:

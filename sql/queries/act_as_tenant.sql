@@ -1,6 +1,10 @@
--- An API request's transaction: drop to the RLS-bound role skiplock_api and name the
--- tenant and actor, all transaction-local (SET LOCAL), in one round trip.
-SELECT set_config('role', 'skiplock_api', true),
+-- An API request's transaction, in one round trip and all transaction-local (SET LOCAL):
+-- drop to the role the key allows (skiplock_admin for an admin key, else skiplock_api),
+-- name the actor, and present the key: its prefix $3 and SHA-256 digest $4. Row-level
+-- security finds the tenant from the key itself (app_user_id()), so no setting the role
+-- can change names another tenant; admin is the role, not a setting.
+SELECT set_config('role', CASE WHEN $1 = 'admin' THEN 'skiplock_admin' ELSE 'skiplock_api' END, true),
        set_config('app.current_actor_kind', $1, true),
        set_config('app.current_actor_id', coalesce($2, ''), true),
-       set_config('app.current_user_id', coalesce($3::uuid::text, ''), true)
+       set_config('app.current_key_prefix', $3, true),
+       set_config('app.current_key_digest', $4, true)

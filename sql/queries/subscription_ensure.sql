@@ -1,9 +1,4 @@
--- User $1's plan: the subscription they have, or a new one on plan $2 when they have none.
-WITH new AS (
-    INSERT INTO subscriptions (user_id, plan) VALUES ($1, $2)
-    ON CONFLICT (user_id) DO NOTHING
-    RETURNING plan
-)
-SELECT plan, true AS created FROM new
-UNION ALL
-SELECT plan, false FROM subscriptions WHERE user_id = $1
+-- User $1's plan: the subscription they have, or a new one on plan $2 when they have none
+-- (`created` says which). Through a SECURITY DEFINER function: the API roles do not write
+-- subscriptions, and only an admin's may call it.
+SELECT plan, created FROM billing_subscription_ensure($1, $2)

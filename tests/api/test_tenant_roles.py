@@ -1,0 +1,262 @@
+"""Admin is a database role, the tenant is the key a transaction presents, and billing is
+not the API's to write. Each test runs the attack as the API's own role, on the real
+database, and shows what it gets: nothing that is not its own."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import uuid
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+from serving_kit import Recorder
+
+from app.engine import accounts
+from app.engine.tenancy import Actor, KeyProof, enter_tenant, tenant_transaction
+from app.outreach import DRAFT_STAGE, allowances
+from tests import factories as f
+
+BILLING_WRITES = [
+    "UPDATE subscriptions SET plan = 'pro'",
+    "INSERT INTO subscriptions (user_id, plan) VALUES ($1, 'pro') "
+    "ON CONFLICT (user_id) DO UPDATE SET plan = 'pro'",
+    "DELETE FROM subscriptions",
+    "UPDATE campaign_usage SET pages = 0, credits = 0",
+    "INSERT INTO campaign_usage (campaign_id, day) SELECT id, current_date - 1 FROM campaigns WHERE user_id = $1",
+    "DELETE FROM campaign_usage",
+    "INSERT INTO credit_ledger (campaign_id, job_id, day, kind, credits) "
+    "SELECT id, gen_random_uuid(), current_date, 'refund', 5 FROM campaigns WHERE user_id = $1",
+    "DELETE FROM credit_ledger",
+    "UPDATE quota_ledger SET spent = 0",
+    "INSERT INTO quota_ledger (day, units, reserve) VALUES (current_date + 1, 1000000, 0)",
+    "UPDATE quota_user_ledger SET spent = 0",
+    "DELETE FROM quota_user_ledger",
+    "SELECT * FROM billing_subscription_ensure($1, 'pro')",
+]
+
+
+@dataclass
+class Tenant:
+    email: str
+    key: str
+    actor: Actor
+    campaign: uuid.UUID
+    job: uuid.UUID
+
+    @property
+    def user_id(self) -> uuid.UUID:
+        return self.actor.user_id
+
+
+async def make_tenant(pool, email: str, admin: bool = False) -> Tenant:
+    key = await f.api_key(pool, email, admin=admin, plan="standard")
+    actor = await accounts.authenticate(pool, key)
+    campaign = await f.campaign(pool, actor.user_id, name=email)
+    [job] = await f.jobs(pool, "draft", 1, campaign_id=campaign)
+    assert await allowances.charge_credit(pool, campaign, job, 10) == allowances.CHARGED
+    await pool.execute("INSERT INTO quota_user_ledger (user_id, day, spent) VALUES ($1, current_date, 7)",
+                       actor.user_id)
+    return Tenant(email, key, actor, campaign, job)
+
+
+@pytest.fixture
+async def tenants(pool):
+    a = await make_tenant(pool, "alice@a.example")
+    b = await make_tenant(pool, "bob@b.example")
+    await f.run(pool, "cron")  # a run: the operator's view
+    return a, b
+
+
+async def billing_snapshot(pool):
+    return [
+        [tuple(r) for r in await pool.fetch("SELECT user_id, plan FROM subscriptions ORDER BY user_id")],
+        [tuple(r) for r in await pool.fetch("SELECT campaign_id, day, pages, credits FROM campaign_usage "
+                                            "ORDER BY campaign_id")],
+        [tuple(r) for r in await pool.fetch("SELECT job_id, kind, seq FROM credit_ledger ORDER BY id")],
+        [tuple(r) for r in await pool.fetch("SELECT * FROM quota_ledger ORDER BY day")],
+        [tuple(r) for r in await pool.fetch("SELECT * FROM quota_user_ledger ORDER BY user_id")],
+    ]
+
+
+async def visible_campaigns(conn) -> set[uuid.UUID]:
+    return {r["id"] for r in await conn.fetch("SELECT id FROM campaigns")}
+
+
+async def test_a_tenant_that_calls_itself_admin_in_a_setting_sees_only_its_own_rows(pool, tenants):
+    a, b = tenants
+    async with tenant_transaction(pool, a.actor) as conn:
+        await conn.execute("SELECT set_config('app.current_actor_kind', 'admin', true), "
+                           "set_config('app.current_actor_id', 'root', true)")
+        assert await conn.fetchval("SELECT current_user") == "skiplock_api"
+        assert await conn.fetchval("SELECT app_is_admin()") is False
+        assert await visible_campaigns(conn) == {a.campaign}
+        assert {r["campaign_id"] for r in await conn.fetch("SELECT campaign_id FROM jobs")} == {a.campaign}
+        assert await conn.fetchval("SELECT count(*) FROM runs") == 0
+        assert await conn.fetchval("SELECT count(*) FROM users") == 1
+
+
+async def test_a_tenant_cannot_name_another_tenant_in_the_settings(pool, tenants):
+    a, b = tenants
+    b_prefix = b.key[:12]
+    async with tenant_transaction(pool, a.actor) as conn:
+        # the old way: a setting naming the tenant is no longer read at all
+        await conn.execute("SELECT set_config('app.current_user_id', $1, true)", str(b.user_id))
+        assert await visible_campaigns(conn) == {a.campaign}
+        # another tenant's key prefix with anything but that key's digest: nobody at all
+        for digest in (a.actor.key.digest, accounts.digest(b.key + "x"), "", "%"):
+            async with conn.transaction():
+                await conn.execute("SELECT set_config('app.current_key_prefix', $1, true), "
+                                   "set_config('app.current_key_digest', $2, true)", b_prefix, digest)
+                assert await visible_campaigns(conn) == set()
+                assert await conn.fetchval("SELECT app_user_id()") is None
+                assert await conn.execute("UPDATE campaigns SET status = 'paused'") == "UPDATE 0"
+        # and the stored digests, which would name a tenant, cannot be read
+        await enter_tenant(conn, a.actor)
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            async with conn.transaction():
+                await conn.fetch("SELECT hash FROM api_keys")
+        assert [r["prefix"] for r in await conn.fetch("SELECT prefix FROM api_keys")] == [a.key[:12]]
+    assert await pool.fetchval("SELECT status FROM campaigns WHERE id = $1", b.campaign) == "active"
+
+
+async def test_a_revoked_key_sees_nothing_even_inside_an_open_transaction(pool, tenants):
+    a, _ = tenants
+    async with tenant_transaction(pool, a.actor) as conn:
+        assert await visible_campaigns(conn) == {a.campaign}
+        await f.as_system(pool, "UPDATE api_keys SET revoked_at = now() WHERE prefix = $1", a.key[:12])
+        assert await visible_campaigns(conn) == set()
+
+
+async def test_an_admin_key_is_the_admin_role_and_sees_every_tenant(pool, tenants):
+    a, b = tenants
+    admin = await make_tenant(pool, "root@ops.example", admin=True)
+    async with tenant_transaction(pool, admin.actor) as conn:
+        assert await conn.fetchval("SELECT current_user") == "skiplock_admin"
+        assert await visible_campaigns(conn) == {a.campaign, b.campaign, admin.campaign}
+        assert await conn.fetchval("SELECT count(*) FROM runs") == 1
+    # the same person's transaction presenting the admin key as a user key's role is not admin
+    as_user = Actor("user", admin.actor.id, admin.user_id, admin.email, admin.actor.key)
+    async with tenant_transaction(pool, as_user) as conn:
+        assert await conn.fetchval("SELECT current_user") == "skiplock_api"
+        assert await visible_campaigns(conn) == {admin.campaign}
+
+
+@pytest.mark.parametrize("admin", [False, True], ids=["user key", "admin key"])
+async def test_the_api_roles_cannot_write_billing(pool, tenants, admin):
+    a, b = tenants
+    caller = a if not admin else await make_tenant(pool, "root@ops.example", admin=True)
+    before = await billing_snapshot(pool)
+    async with tenant_transaction(pool, caller.actor) as conn:
+        # reading one's own billing is fine
+        assert await conn.fetchval("SELECT plan FROM subscriptions WHERE user_id = $1", caller.user_id) == "standard"
+        assert await conn.fetchval("SELECT spent FROM quota_user_ledger WHERE user_id = $1", caller.user_id) == 7
+        for sql in BILLING_WRITES:
+            if admin and "billing_subscription_ensure" in sql:
+                continue  # an admin may create an owner's subscription (POST /campaigns)
+            with pytest.raises(asyncpg.InsufficientPrivilegeError, match="permission denied"):
+                async with conn.transaction():
+                    await conn.execute(sql, *([caller.user_id] if "$1" in sql else []))
+    assert await billing_snapshot(pool) == before
+
+
+async def test_an_admin_can_only_create_a_missing_subscription_not_change_one(pool, tenants):
+    a, _ = tenants
+    admin = await make_tenant(pool, "root@ops.example", admin=True)
+    newcomer = await f.user(pool, plan=None, email="new@c.example")
+    async with tenant_transaction(pool, admin.actor) as conn:
+        made = await conn.fetchrow("SELECT * FROM billing_subscription_ensure($1, 'pro')", newcomer)
+        kept = await conn.fetchrow("SELECT * FROM billing_subscription_ensure($1, 'pro')", a.user_id)
+    assert (made["plan"], made["created"]) == ("pro", True)
+    assert (kept["plan"], kept["created"]) == ("standard", False)
+    assert await pool.fetchval("SELECT plan FROM subscriptions WHERE user_id = $1", a.user_id) == "standard"
+
+
+async def test_the_refund_function_gives_back_only_what_is_owed(pool, tenants):
+    a, b = tenants
+    running = a.job
+    await pool.execute("UPDATE jobs SET status = 'running', locked_at = now() WHERE id = $1", running)
+    [delivered] = await f.jobs(pool, "draft", 1, campaign_id=a.campaign)
+    await allowances.charge_credit(pool, a.campaign, delivered, 10)
+    contact = await pool.fetchval(
+        "INSERT INTO contacts (campaign_id, kind, value, page_url) VALUES ($1, 'email', 'x@a.example', 'https://a/') "
+        "RETURNING id", a.campaign)
+    await pool.execute("INSERT INTO drafts (campaign_id, contact_id, job_id, body, model) "
+                       "VALUES ($1, $2, $3, 'hi', 'template')", a.campaign, contact, delivered)
+    await pool.execute("UPDATE jobs SET status = 'failed', finished_at = now() WHERE id = $1", delivered)
+    before = await billing_snapshot(pool)
+    async with tenant_transaction(pool, a.actor) as conn:
+        # a running attempt is using its credit; a job whose draft was delivered owes nothing
+        assert await conn.fetchval("SELECT billing_refund_job($1)", running) == 0
+        assert await conn.fetchval("SELECT billing_refund_job($1)", delivered) == 0
+        assert await conn.fetchval("SELECT billing_refund_job($1)", uuid.uuid4()) == 0
+    assert await billing_snapshot(pool) == before
+
+
+async def test_cancelling_a_paid_job_through_the_api_still_refunds_it(make_client, pool, tenants):
+    a, _ = tenants
+    client = await make_client(stages=[DRAFT_STAGE, Recorder("record").stage], api_key=False)
+    r = await client.post(f"/jobs/{a.job}/cancel", headers={"Authorization": f"Bearer {a.key}"})
+    assert r.status_code == 200, r.text
+    kinds = [r["kind"] for r in await pool.fetch("SELECT kind FROM credit_ledger WHERE job_id = $1 ORDER BY id",
+                                                 a.job)]
+    assert kinds == ["charge", "refund"]
+    assert await pool.fetchval("SELECT credits FROM campaign_usage WHERE campaign_id = $1", a.campaign) == 0
+
+
+async def test_a_request_cannot_rename_itself_in_the_audit_log(pool, tenants):
+    a, _ = tenants
+    await pool.execute("TRUNCATE audit_log")
+    async with tenant_transaction(pool, a.actor) as conn:
+        await conn.execute("SELECT set_config('app.current_actor_kind', 'system', true), "
+                           "set_config('app.current_actor_id', 'cli', true)")
+        await conn.execute("UPDATE campaigns SET name = 'renamed'")
+        # the jobs trigger skips the pipeline's own work: calling itself that changes nothing
+        await conn.execute("SELECT set_config('app.current_actor_kind', 'pipeline', true)")
+        await conn.execute("UPDATE jobs SET run_after = now() + interval '1 hour'")
+    rows = await pool.fetch("SELECT actor_kind, actor_id, table_name FROM audit_log ORDER BY id")
+    assert [tuple(r) for r in rows] == [("user", str(a.user_id), "campaigns"), ("user", str(a.user_id), "jobs")]
+
+
+@pytest.fixture
+async def api_only_login(pool, dsn):
+    """A login role that is a member of skiplock_api and of nothing else: a session whose
+    own role is no more than the API's (what a deployment may connect the API as)."""
+    name = f"skiplock_probe_{os.getpid()}"
+    password = secrets.token_urlsafe(16)
+    try:
+        await pool.execute(f"DROP ROLE IF EXISTS {name}")
+        await pool.execute(f"CREATE ROLE {name} LOGIN PASSWORD '{password}' IN ROLE skiplock_api")
+    except asyncpg.InsufficientPrivilegeError:
+        pytest.skip("the test database's role may not create roles")
+    parts = urlsplit(dsn)
+    yield urlunsplit(parts._replace(netloc=f"{name}:{password}@{parts.hostname}:{parts.port}"))
+    await pool.execute(f"DROP ROLE IF EXISTS {name}")
+
+
+async def test_a_session_with_only_the_api_role_cannot_become_admin_or_anyone_else(api_only_login, pool, tenants):
+    a, b = tenants
+    conn = await asyncpg.connect(api_only_login)
+    try:
+        async with conn.transaction():
+            await enter_tenant(conn, a.actor)
+            assert await visible_campaigns(conn) == {a.campaign}
+            for sql in ("SET ROLE skiplock_admin", "SELECT set_config('role', 'postgres', true)"):
+                with pytest.raises(asyncpg.InsufficientPrivilegeError, match="permission denied to set role"):
+                    async with conn.transaction():
+                        await conn.execute(sql)
+            # a key it made up names nobody
+            forged = Actor("user", str(b.user_id), b.user_id, b.email, KeyProof(b.key[:12], "0" * 64))
+            await enter_tenant(conn, forged)
+            assert await visible_campaigns(conn) == set()
+            # and dropping the role leaves the login role, no more than the API's: still filtered
+            await conn.execute("RESET ROLE")
+            assert await conn.fetchval("SELECT current_user") == api_only_login.split("//")[1].split(":")[0]
+            assert await visible_campaigns(conn) == set()
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                async with conn.transaction():
+                    await conn.execute("UPDATE subscriptions SET plan = 'pro'")
+    finally:
+        await conn.close()
