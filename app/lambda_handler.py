@@ -11,7 +11,8 @@ shutdown (and so open and close the pool) on every invocation.
 
 The budget is min(the configured budget, the invocation's remaining time minus
 LAMBDA_SAFETY_MARGIN_SECONDS); handlers are cut at the remaining time minus
-FINISH_MARGIN_SECONDS, so the run is always recorded before Lambda kills us.
+FINISH_MARGIN_SECONDS, so the run is always recorded before Lambda kills us (both
+decided by app.runtime.run_limits, the same for the HTTP route).
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from typing import Any, Iterator
 from mangum import Mangum
 
 from app.api.main import create_app
-from app.api.runtime import Runtime, run_json
 from app.logs import configure_logging
 from app.pipeline.stage import Stage
+from app.runtime import Runtime, remaining_seconds, run_json
 from app.settings import Settings, get_settings
 
 log = logging.getLogger("skiplock.lambda")
@@ -35,11 +36,6 @@ log = logging.getLogger("skiplock.lambda")
 def is_scheduled_event(event: Any) -> bool:
     return (isinstance(event, dict) and event.get("source") == "aws.events"
             and event.get("detail-type") == "Scheduled Event")
-
-
-def remaining_seconds(context: Any) -> float | None:
-    remaining = getattr(context, "get_remaining_time_in_millis", None)
-    return remaining() / 1000.0 if callable(remaining) else None
 
 
 @contextmanager
@@ -74,8 +70,8 @@ class LambdaApp:
     async def scheduled(self, event: dict, context: Any) -> dict:
         """The five-minute schedule: run once; a failed run is logged, not raised (raising
         would make Lambda retry the async invocation, and the next tick comes anyway)."""
-        result, budget = await self.runtime.run_within("cron", None, remaining_seconds(context))
-        body = run_json(result, budget)
+        result = await self.runtime.run("cron", remaining=remaining_seconds(context))
+        body = run_json(result.row, result.budget_seconds)
         if result.stop_reason == "error":
             log.error("scheduled run %s stopped on an error: %s", result.run_id, result.error)
         return body

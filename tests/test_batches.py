@@ -9,6 +9,7 @@ import pytest
 from app.engine import batches as b
 from app.engine import jobs as q
 from app.engine.batches import BatchRequest, CampaignNotFound
+from app.pipeline import outcomes
 from app.pipeline.loop import Pipeline
 from app.pipeline.stage import Stage
 from app.settings import load_settings
@@ -117,8 +118,8 @@ async def test_cancel_stops_unstarted_work_and_leaves_running_work_alone(pool):
     out = await b.create_batch(pool, c, [BatchRequest("a"), BatchRequest("b")])
     run_id = await f.run(pool)
     await q.claim(pool, f.lease("a"), run_id, 1)
-    assert await b.cancel_batch(pool, out.batch_id) == (True, 1)
-    assert await b.cancel_batch(pool, out.batch_id) == (False, 0)
+    assert await outcomes.cancel_batch(pool, [], out.batch_id, SETTINGS) == (True, 1)
+    assert await outcomes.cancel_batch(pool, [], out.batch_id, SETTINGS) == (False, 0)
     statuses = {r["type"]: r["status"] for r in await b.batch_jobs(pool, out.batch_id)}
     assert statuses == {"a": "running", "b": "failed"}
     assert await q.complete(pool, run_id, [out.created["a"]]) == [out.created["a"]]
@@ -127,14 +128,15 @@ async def test_cancel_stops_unstarted_work_and_leaves_running_work_alone(pool):
 
 
 async def test_cancelling_a_batch_refunds_a_job_that_had_paid(pool):
-    from app.outreach import allowances
+    from app.outreach import STAGES, allowances
     c = await campaign(pool)
     out = await b.create_batch(pool, c, [BatchRequest("draft")])
     job = out.created["draft"]
     # an earlier attempt paid a credit, failed, and the job waits for its retry
     assert await allowances.charge_credit(pool, c, job, 10) == allowances.CHARGED
     await pool.execute("UPDATE jobs SET attempts = 1 WHERE id = $1", job)
-    assert await b.cancel_batch(pool, out.batch_id) == (True, 1)
+    # the refund is the draft stage's cancelled hook
+    assert await outcomes.cancel_batch(pool, STAGES, out.batch_id, SETTINGS) == (True, 1)
     kinds = [r["kind"] for r in await pool.fetch("SELECT kind FROM credit_ledger WHERE job_id = $1 ORDER BY id", job)]
     assert kinds == ["charge", "refund"]
     assert (await allowances.usage_today(pool, c))["credits"] == 0

@@ -71,7 +71,7 @@ async def test_cli_enqueue_then_run_once(dsn, pool):
     assert summary["stopReason"] == "no_work" and summary["jobsDone"] == 1
     assert summary["summary"]["echoed"] == 1
     row = await pool.fetchrow("SELECT status, run_id FROM jobs WHERE id = $1", uuid.UUID(job_id))
-    assert row["status"] == "done" and str(row["run_id"]) == summary["runId"]
+    assert row["status"] == "done" and str(row["run_id"]) == summary["id"]
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -81,6 +81,7 @@ async def test_cli_enqueue_then_run_once(dsn, pool):
     (["enqueue", "echo", "--campaign", "42"], "is not a campaign id"),
     (["enqueue", "echo", "--campaign", str(uuid.UUID(int=7))], "no campaign with id"),
     (["enqueue", "echo", "--in", "-5"], "--in must be zero or more"),
+    (["enqueue", "echo", "--in", "1e300"], "--in must be zero or more"),  # past any date: no overflow
     (["run-once", "--budget", "0"], "--budget must be a positive"),
 ])
 async def test_cli_bad_input_is_one_readable_line(dsn, args, needle):

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from app import DeferJob, Stage, StopRun
 from app.engine import jobs as q
 from app.engine.jobs import NewJob
 from app.pipeline.loop import Pipeline
 from app.pipeline.maintenance import RECURRING
+from app.runtime import Runtime, run_limits
 from app.settings import load_settings
 from tests import factories as f
 
@@ -89,15 +92,33 @@ async def test_budget_stops_claiming_and_defers_unstarted_work(pool):
     assert result.jobs_deferred >= 1
 
 
-async def test_budget_request_is_capped_by_the_setting(pool):
+async def test_budget_request_is_capped_by_the_setting(dsn, pool):
     async def slow(job, ctx):
         await asyncio.sleep(0.1)
 
     await f.jobs(pool, "t", 50)
-    result = await pipeline(pool, [Stage(type="t", handler=slow, batch=1)],
-                            pipeline_budget_seconds=0.3).run("manual", budget=100)
-    assert result.stop_reason == "time_budget"
+    runtime = Runtime(load_settings(database_url=dsn, pipeline_budget_seconds=0.3),
+                      [Stage(type="t", handler=slow, batch=1)])
+    try:
+        result = await runtime.run("manual", requested=100)
+    finally:
+        await runtime.close()
+    assert result.stop_reason == "time_budget" and result.budget_seconds == 0.3
     assert result.jobs_done <= 5
+
+
+@pytest.mark.parametrize("requested, remaining, budget, hard_limit", [
+    (None, None, 220, 290),      # the setting; cut at PLATFORM_LIMIT - FINISH_MARGIN
+    (1000, None, 220, 290),      # a request is capped by the setting
+    (30, None, 30, 290),
+    (None, 100, 40, 90),         # Lambda: time left - LAMBDA_SAFETY_MARGIN; cut at left - FINISH_MARGIN
+    (20, 100, 20, 90),
+    (None, 30, 0, 20),           # too little time left: claim nothing, still record the run
+    (None, 5, 0, 0),
+])
+def test_run_limits_are_decided_once(requested, remaining, budget, hard_limit):
+    limits = run_limits(SETTINGS, requested, remaining)
+    assert (limits.budget, limits.hard_limit) == (budget, hard_limit)
 
 
 async def test_deferral_is_not_a_failure(pool):

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import hmac
 import math
-from typing import Any
-
 from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
 
 from app.api.bearer import bearer_token, challenge
 from app.api.errors import ApiError
-from app.api.runtime import DATABASE_ERRORS, DatabaseNotConfigured, Runtime, run_json
+from app.api.runs import TriggeredRunOut
+from app.runtime import Runtime, remaining_seconds, run_json
 
 router = APIRouter()
 
@@ -60,38 +60,28 @@ def _budget(request: Request, raw: str | None) -> float | None:
     return value
 
 
-def _remaining_seconds(request: Request) -> float | None:
-    """In Lambda (through Mangum), the seconds this invocation has left."""
-    context = request.scope.get("aws.context")
-    remaining = getattr(context, "get_remaining_time_in_millis", None)
-    return remaining() / 1000.0 if callable(remaining) else None
-
-
-async def _run(request: Request, budget: str | None) -> dict[str, Any]:
-    runtime = get_runtime(request)
+async def _run(request: Request, budget: str | None) -> JSONResponse:
     requested = _budget(request, budget)
-    try:
-        result, used = await runtime.run_within("http", requested, _remaining_seconds(request))
-    except DatabaseNotConfigured as exc:
-        raise ApiError(503, "database_not_configured", f"{exc}; the pipeline cannot run") from None
-    except DATABASE_ERRORS as exc:
-        raise ApiError(503, "database_unavailable",
-                       f"the database is not reachable: {type(exc).__name__}") from None
-    body = run_json(result, used)
+    # in Lambda (through Mangum) the invocation's context rides in the scope
+    remaining = remaining_seconds(request.scope.get("aws.context"))
+    result = await get_runtime(request).run("http", requested, remaining)
+    body = run_json(result.row, result.budget_seconds)
     if result.stop_reason == "error":
         raise ApiError(500, "run_failed", f"the run stopped on an error: {result.error}", body)
-    return body
+    return JSONResponse(body)  # as run_json wrote it, like GET /runs/{id}
 
 
 _BUDGET = Query(None, description="seconds to keep claiming; capped by PIPELINE_BUDGET_SECONDS")
 _SUMMARY = "Run the pipeline once and return the run"
 
 
-@router.post("/cron/pipeline", dependencies=[Depends(require_cron_secret)], summary=_SUMMARY)
-async def run_post(request: Request, budget: str | None = _BUDGET) -> dict[str, Any]:
+@router.post("/cron/pipeline", dependencies=[Depends(require_cron_secret)], summary=_SUMMARY,
+             response_model=TriggeredRunOut)
+async def run_post(request: Request, budget: str | None = _BUDGET) -> JSONResponse:
     return await _run(request, budget)
 
 
-@router.get("/cron/pipeline", dependencies=[Depends(require_cron_secret)], summary=_SUMMARY)
-async def run_get(request: Request, budget: str | None = _BUDGET) -> dict[str, Any]:
+@router.get("/cron/pipeline", dependencies=[Depends(require_cron_secret)], summary=_SUMMARY,
+            response_model=TriggeredRunOut)
+async def run_get(request: Request, budget: str | None = _BUDGET) -> JSONResponse:
     return await _run(request, budget)

@@ -1,13 +1,13 @@
-"""What the read and write routes share: the database (a 503 when it is not there) and
-the job types a runtime knows."""
+"""What the read and write routes share: the database (when it is not there, the
+runtime's DatabaseUnavailable, which app/api/errors.py answers as a 503) and the job
+types a runtime knows."""
 
 from __future__ import annotations
 
 import asyncpg
 from fastapi import Request
 
-from app.api.errors import ApiError
-from app.api.runtime import DATABASE_ERRORS, DatabaseNotConfigured, Runtime
+from app.runtime import Runtime
 from app.pipeline.maintenance import MAINTENANCE_TYPE
 from app.pipeline.notifications import NOTIFY_TYPE
 
@@ -23,13 +23,7 @@ async def pool_of(request: Request) -> asyncpg.Pool:
 
 async def owner_pool_of(request: Request) -> asyncpg.Pool:
     """The pool, as the connection's own role (not filtered by tenant)."""
-    try:
-        return await request.app.state.runtime.pool()
-    except DatabaseNotConfigured as exc:
-        raise ApiError(503, "database_not_configured", str(exc)) from None
-    except DATABASE_ERRORS as exc:
-        raise ApiError(503, "database_unavailable",
-                       f"the database is not reachable: {type(exc).__name__}") from None
+    return await request.app.state.runtime.pool()
 
 
 # In a schema: "enqueueable" or "listed"; the OpenAPI document puts that list of job

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Request
 
 from app.api.errors import ApiError
 from app.api.params import only_params
-from app.api.runtime import DATABASE_ERRORS, DatabaseNotConfigured, Runtime
+from app.runtime import DatabaseUnavailable, Runtime, database_errors
 from app.engine.migrate import pending_migrations
 
 router = APIRouter()
@@ -30,15 +30,14 @@ async def live() -> dict[str, Any]:
 async def ready(request: Request) -> dict[str, Any]:
     runtime: Runtime = request.app.state.runtime
     try:
-        async with asyncio.timeout(READY_TIMEOUT_SECONDS):
-            pool = await runtime.pool()
-            async with pool.acquire() as conn:
-                pending = await pending_migrations(conn)
-    except DatabaseNotConfigured as exc:
-        raise ApiError(503, "not_ready", str(exc), {"database": "not configured"}) from None
-    except DATABASE_ERRORS as exc:
-        raise ApiError(503, "not_ready", f"the database is not reachable: {type(exc).__name__}",
-                       {"database": "unreachable"}) from None
+        with database_errors():  # the timeout below leaves as TimeoutError, one of those errors
+            async with asyncio.timeout(READY_TIMEOUT_SECONDS):
+                pool = await runtime.pool()
+                async with pool.acquire() as conn:
+                    pending = await pending_migrations(conn)
+    except DatabaseUnavailable as exc:
+        # readiness has its own code: probes look for not_ready, whatever the cause
+        raise ApiError(503, "not_ready", str(exc), {"database": exc.state}) from None
     if pending:
         raise ApiError(503, "not_ready", f"{len(pending)} migration(s) not applied; run `python -m app migrate`",
                        {"database": "reachable", "pendingMigrations": pending})

@@ -19,6 +19,7 @@ from app.api.errors import ApiError
 from app.api.pagination import ListQuery, enum_param, word_param
 from app.api.params import only_params
 from app.engine import runs as run_log
+from app.runtime import run_json
 
 router = APIRouter(tags=["runs"])
 
@@ -31,40 +32,31 @@ RUN_LIST = ListQuery("runs", [
 ])
 
 
-class RunCounts(BaseModel):
-    done: int
-    failed: int
-    deferred: int
-
-
 class RunOut(BaseModel):
+    """A run, the same everywhere: GET /runs, GET /runs/{id} and /cron/pipeline (app.runtime.run_json)."""
     id: uuid.UUID
     trigger: str = Field(description="what started it: cron (the schedule), http, manual, worker, ...")
     stopReason: Literal["no_work", "time_budget", "quota_reserve", "quota_exhausted", "error"] | None = Field(
         description="why it stopped; null while it runs (or if it was killed before it could say)")
-    startedAt: datetime
-    finishedAt: datetime | None
-    durationSeconds: float | None
-    jobs: RunCounts
+    jobsDone: int = Field(description="jobs of your stages it finished")
+    jobsFailed: int = Field(description="failed attempts (retried later, or given up)")
+    jobsDeferred: int = Field(description="jobs handed back for later, their attempt not counted")
     quotaUnits: int = Field(description="shared quota units it spent")
     summary: dict[str, Any] = Field(description="per stage counts and anything else the run recorded")
     error: str | None
+    startedAt: datetime
+    finishedAt: datetime | None
+    durationSeconds: float | None
+
+
+class TriggeredRunOut(RunOut):
+    budgetSeconds: float = Field(description="how long this run could claim: the request, capped by "
+                                             "PIPELINE_BUDGET_SECONDS and, in Lambda, by the time left")
 
 
 class RunPage(BaseModel):
     data: list[RunOut] = Field(description="newest first")
     nextCursor: str | None = Field(description="pass as ?cursor= for the next (older) page; null on the last")
-
-
-def run_json(r) -> dict[str, Any]:
-    started, finished = r["started_at"], r["finished_at"]
-    return {
-        "id": str(r["id"]), "trigger": r["trigger"], "stopReason": r["stop_reason"],
-        "startedAt": started.isoformat(), "finishedAt": finished.isoformat() if finished else None,
-        "durationSeconds": round((finished - started).total_seconds(), 3) if finished else None,
-        "jobs": {"done": r["jobs_done"], "failed": r["jobs_failed"], "deferred": r["jobs_deferred"]},
-        "quotaUnits": r["quota_units"], "summary": r["summary"], "error": r["error"],
-    }
 
 
 @router.get("/runs", response_model=RunPage, summary="List runs, newest first", responses={200: CACHED},

@@ -9,8 +9,7 @@ from typing import Any
 
 import asyncpg
 
-from app.outreach.allowances import refund_credit
-from app.engine.jobs import NewJob, enqueue_many_rows
+from app.engine.jobs import Job, NewJob, enqueue_many_rows
 from app.engine.queries import query
 
 
@@ -64,16 +63,11 @@ async def batch_jobs(db, batch_id: uuid.UUID) -> list[asyncpg.Record]:
     return await db.fetch(query("batch_jobs"), batch_id)
 
 
-async def cancel_batch(db, batch_id: uuid.UUID) -> tuple[bool, int]:
-    """(whether an open batch was cancelled, how many unstarted jobs it took down).
-
-    A cancelled job that had paid for an earlier attempt gets its credit back, in the
-    same transaction."""
-    async with db.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(query("batch_cancel"), batch_id)
-        for job_id in row["job_ids"]:
-            await refund_credit(conn, job_id)
-    return row["cancelled"], len(row["job_ids"])
+async def cancel_batch(conn, batch_id: uuid.UUID) -> tuple[bool, list[Job]]:
+    """(whether an open batch was cancelled, the unstarted jobs it took down). One
+    statement; the stages' cancelled hooks are app.pipeline.outcomes.cancel_batch's."""
+    rows = await conn.fetch(query("batch_cancel"), batch_id)
+    return rows[0]["cancelled"], [Job.from_row(r) for r in rows if r["id"] is not None]
 
 
 async def reconcile(db) -> list[asyncpg.Record]:

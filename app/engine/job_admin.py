@@ -39,7 +39,8 @@ async def open_job_by_dedupe_key(db, dedupe_key: str, campaign_id: uuid.UUID | N
 
 
 async def cancel_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
-    """The job, now failed as cancelled; None when it was not pending (or does not exist)."""
+    """The job, now failed as cancelled; None when it was not pending (or does not exist).
+    One statement: the ending, with the stage's hook, is app.pipeline.outcomes.cancel_job."""
     return await db.fetchrow(query("job_cancel"), job_id)
 
 

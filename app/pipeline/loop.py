@@ -1,5 +1,6 @@
 """The run: claim a batch from the first stage with work, run it, start again from the
-top; stop claiming when the budget is spent; always write the runs row."""
+top; stop claiming when the budget is spent; always write the runs row. How each job of
+a batch ends is app/pipeline/outcomes.py's to decide and write."""
 
 from __future__ import annotations
 
@@ -7,74 +8,40 @@ import asyncio
 import json
 import logging
 import time
-import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 from app.engine import jobs as q
 from app.engine.jobs import Job
 from app.engine.runs import finish_run, start_run
 from app.pipeline import notifications
 from app.pipeline.maintenance import maintenance_stage, start_of_run
+from app.pipeline.outcomes import BatchEndings, error_text, settle
 from app.pipeline.registry import check_stages
-from app.pipeline.stage import Context, DeferJob, Stage, StopRun, Tally
+from app.pipeline.stage import Context, Stage, Tally
 from app.settings import Settings, get_settings
 
 log = logging.getLogger("skiplock.pipeline")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunResult:
-    run_id: uuid.UUID
-    trigger: str
-    stop_reason: str
-    jobs_done: int
-    jobs_failed: int
-    jobs_deferred: int
-    units: int
-    summary: dict[str, Any]
-    error: str | None
-    started_at: datetime
-    finished_at: datetime
+    """A finished run: its runs row as written (app.runtime.run_json shows it), and the
+    claiming budget it had."""
+    row: Mapping[str, Any]
+    budget_seconds: float
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "runId": str(self.run_id), "trigger": self.trigger, "stopReason": self.stop_reason,
-            "jobsDone": self.jobs_done, "jobsFailed": self.jobs_failed,
-            "jobsDeferred": self.jobs_deferred, "units": self.units, "summary": self.summary,
-            "error": self.error, "startedAt": self.started_at.isoformat(),
-            "finishedAt": self.finished_at.isoformat(),
-        }
-
-
-class _Outcomes:
-    """Per-batch results, applied to the database in bulk afterwards."""
-
-    def __init__(self) -> None:
-        self.done: list[uuid.UUID] = []
-        self.deferred: dict[uuid.UUID, datetime] = {}
-        self.failed: list[tuple[Job, str]] = []
-        self.stop_reason: str | None = None
-
-    def record(self, job: Job, exc: BaseException | None) -> None:
-        if exc is None:
-            self.done.append(job.id)
-        elif isinstance(exc, DeferJob):
-            self.deferred[job.id] = exc.until
-            if isinstance(exc, StopRun) and self.stop_reason is None:
-                self.stop_reason = exc.stop_reason
-        else:
-            self.failed.append((job, _error_text(exc)))
-
-    def defer_now(self, job: Job) -> None:
-        self.deferred[job.id] = datetime.now(timezone.utc)
-
-
-def _error_text(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return str(exc) or "TimeoutError"
-    return f"{type(exc).__name__}: {exc}"[:4000]
+    run_id = property(lambda self: self.row["id"])
+    trigger = property(lambda self: self.row["trigger"])
+    stop_reason = property(lambda self: self.row["stop_reason"])
+    jobs_done = property(lambda self: self.row["jobs_done"])
+    jobs_failed = property(lambda self: self.row["jobs_failed"])
+    jobs_deferred = property(lambda self: self.row["jobs_deferred"])
+    units = property(lambda self: self.row["quota_units"])
+    summary = property(lambda self: self.row["summary"])
+    error = property(lambda self: self.row["error"])
+    started_at = property(lambda self: self.row["started_at"])
+    finished_at = property(lambda self: self.row["finished_at"])
 
 
 IdleWait = Callable[[float], Awaitable[None]]
@@ -115,17 +82,20 @@ class Pipeline:
                   idle: IdleWait | None = None) -> RunResult:
         """Run until no work, the budget, a quota stop or an error; return the summary.
 
-        budget: seconds to keep claiming (capped by PIPELINE_BUDGET_SECONDS).
+        budget: seconds to keep claiming (default PIPELINE_BUDGET_SECONDS; the adapters
+        pass what app.runtime.run_limits decided, which caps a request).
         hard_limit: seconds until the host kills us, minus what recording needs;
-        no handler runs past it (default PLATFORM_LIMIT - FINISH_MARGIN).
+        no handler runs past it, nor is anything claimed (default PLATFORM_LIMIT - FINISH_MARGIN).
         idle: for a long-running worker: when no stage has work, await idle(seconds)
         (woken early by new work) and keep going until the budget is spent."""
         s = self.settings
         started = time.monotonic()
-        budget = s.pipeline_budget_seconds if budget is None else min(budget, s.pipeline_budget_seconds)
+        if budget is None:
+            budget = s.pipeline_budget_seconds
         if hard_limit is None:
             hard_limit = s.platform_limit_seconds - s.finish_margin_seconds
-        self._budget_deadline = started + min(budget, hard_limit)
+        budget = min(budget, hard_limit)  # nothing is claimed that could not finish in time
+        self._budget_deadline = started + budget
         hard_deadline = started + hard_limit
 
         run_id = await start_run(self.pool, trigger)
@@ -137,16 +107,12 @@ class Pipeline:
             await start_of_run(self.pool, self.stages, ctx)
             stop_reason = await self._loop(ctx, hard_deadline, idle)
         except Exception as exc:
-            stop_reason, error = "error", _error_text(exc)
+            stop_reason, error = "error", error_text(exc)
             log.exception("run %s failed", run_id)
         row = await asyncio.shield(finish_run(
             self.pool, run_id, stop_reason=stop_reason, done=tally.done, failed=tally.failed,
             deferred=tally.deferred, units=tally.units, summary=tally.summary(), error=error))
-        result = RunResult(
-            run_id=run_id, trigger=trigger, stop_reason=row["stop_reason"], jobs_done=row["jobs_done"],
-            jobs_failed=row["jobs_failed"], jobs_deferred=row["jobs_deferred"],
-            units=row["quota_units"], summary=row["summary"], error=row["error"],
-            started_at=row["started_at"], finished_at=row["finished_at"])
+        result = RunResult(row, budget)
         if log.isEnabledFor(logging.INFO):
             log.info(json.dumps({"event": "run", "runId": str(run_id), "trigger": trigger,
                                  "stopReason": result.stop_reason, "jobsDone": result.jobs_done,
@@ -192,7 +158,7 @@ class Pipeline:
 
     async def _run_batch(self, stage: Stage, jobs: list[Job], ctx: Context,
                          hard_deadline: float) -> str | None:
-        out = _Outcomes()
+        out = BatchEndings()
         if stage.batch_handler is not None:
             await self._call_batch(stage, jobs, ctx, out, hard_deadline)
         elif stage.concurrency == 1 or len(jobs) == 1:
@@ -205,7 +171,7 @@ class Pipeline:
                 async with gate:
                     await self._call_one(stage, job, ctx, out, hard_deadline)
             await asyncio.gather(*(one(j) for j in jobs))
-        await self._apply(stage, out, ctx)
+        await self._settle(stage, out, ctx)
         return out.stop_reason
 
     async def _guarded(self, limit: float, call: Awaitable[Any]) -> Any:
@@ -217,7 +183,7 @@ class Pipeline:
             finally:
                 self._timeouts.discard(tm)
 
-    async def _call_one(self, stage: Stage, job: Job, ctx: Context, out: _Outcomes,
+    async def _call_one(self, stage: Stage, job: Job, ctx: Context, out: BatchEndings,
                         hard_deadline: float) -> None:
         now = time.monotonic()
         # Out of time (or the run is stopping): not started, so deferred, not failed.
@@ -238,7 +204,7 @@ class Pipeline:
         else:
             out.record(job, None)
 
-    async def _call_batch(self, stage: Stage, jobs: list[Job], ctx: Context, out: _Outcomes,
+    async def _call_batch(self, stage: Stage, jobs: list[Job], ctx: Context, out: BatchEndings,
                           hard_deadline: float) -> None:
         if self._stopping or time.monotonic() >= self._budget_deadline:
             for job in jobs:
@@ -259,41 +225,20 @@ class Pipeline:
         for job in jobs:
             out.record(job, problems.get(job.id))
 
-    async def _apply(self, stage: Stage, out: _Outcomes, ctx: Context) -> None:
+    async def _settle(self, stage: Stage, out: BatchEndings, ctx: Context) -> None:
+        s = await settle(self.pool, stage, out, ctx)
         t = ctx.tally
-        done = await q.complete(self.pool, ctx.run_id, out.done)
-        deferred = await q.defer(self.pool, ctx.run_id, out.deferred)
-        failed = gave_up = 0
-        for job, error in out.failed:
-            try:
-                async with self.pool.acquire() as conn, conn.transaction():
-                    row = await q.fail(conn, ctx.run_id, job.id, error, stage.max_attempts)
-                    final = row is not None and row["status"] == "failed"
-                    if final and stage.gave_up is not None:
-                        await stage.gave_up(job, ctx.with_db(conn))
-                    if final:
-                        await notifications.job_gave_up(conn, self.settings, job, error)
-            except Exception as exc:
-                # Rolled back: the job stays held until its lease expires, and then the
-                # stuck sweep fails it and calls the hook again.
-                t.errors.append(f"fail({stage.type} {job.id}): {type(exc).__name__}: {exc}")
-                continue
-            if row is None:
-                t.lost += 1
-                continue
-            failed += 1
-            gave_up += final
-        t.lost += (len(out.done) - len(done)) + (len(out.deferred) - len(deferred))
-        t.stage(stage.type, done=len(done), failed=failed, deferred=len(deferred))
+        t.lost += s.lost
+        t.stage(stage.type, done=s.done, failed=s.failed, deferred=s.deferred)
         if stage.internal:
             return
-        t.done += len(done)
-        t.deferred += len(deferred)
-        t.failed += failed
-        t.gave_up += gave_up
+        t.done += s.done
+        t.deferred += s.deferred
+        t.failed += s.failed
+        t.gave_up += s.gave_up
         if log.isEnabledFor(logging.INFO):
             log.info(json.dumps({"event": "batch", "runId": str(ctx.run_id), "stage": stage.type,
-                                 "done": len(done), "failed": failed, "deferred": len(deferred)}))
+                                 "done": s.done, "failed": s.failed, "deferred": s.deferred}))
 
 
 async def run_pipeline(pool, stages: list[Stage], *, trigger: str, budget: float | None = None,

@@ -15,7 +15,7 @@ from app.engine import batches, idempotency
 from app.engine import jobs as q
 from app.engine.queries import query
 from app.engine.runs import close_abandoned_runs
-from app.pipeline import notifications
+from app.pipeline import notifications, outcomes
 from app.pipeline.stage import Context, Stage
 
 log = logging.getLogger("skiplock.maintenance")
@@ -25,26 +25,20 @@ MAINTENANCE_TYPE = "maintenance"
 
 
 async def sweep_stuck(pool, stages: list[Stage], ctx: Context) -> int:
-    """Fail each job whose holder died on its last attempt, and hand it to gave_up.
-
-    One transaction per job: the failure, the hook (a refund) and the notification commit
-    together or not at all. A hook that raises leaves the job stuck for the next sweep."""
+    """Give up each job whose holder died on its last attempt (outcomes.give_up_stuck:
+    one transaction per job with its gave_up hook and notification). A hook that raises
+    leaves the job stuck for the next sweep."""
     swept = 0
     for stage in stages:
         for job_id in await q.stuck_candidates(pool, stage.lease_terms):
             try:
-                async with pool.acquire() as conn, conn.transaction():
-                    job = await q.fail_stuck(conn, stage.lease_terms, job_id)
-                    if job is None:
-                        continue  # another sweep got it first
-                    if stage.gave_up is not None:
-                        await stage.gave_up(job, ctx.with_db(conn))
-                    await notifications.job_gave_up(conn, ctx.settings, job, "lease expired on the last attempt")
+                if not await outcomes.give_up_stuck(pool, stage, job_id, ctx):
+                    continue  # another sweep got it first
                 swept += 1
                 ctx.tally.gave_up += 1
             except Exception as exc:
                 ctx.tally.errors.append(f"gave_up({stage.type} {job_id}): {type(exc).__name__}: {exc}")
-                log.warning("gave_up hook failed for %s job %s: %s", stage.type, job_id, exc)
+                log.warning("giving up stuck %s job %s failed: %s", stage.type, job_id, exc)
     if swept:
         ctx.count("swept", swept)
     return swept

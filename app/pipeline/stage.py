@@ -8,11 +8,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Awaitable, Callable
 
+from pydantic import BaseModel
+
 from app.engine.jobs import Job, Lease
 
 JobHandler = Callable[[Job, "Context"], Awaitable[Any]]
 BatchHandler = Callable[[list[Job], "Context"], Awaitable["dict[uuid.UUID, BaseException] | None"]]
 GaveUpHook = Callable[[Job, "Context"], Awaitable[None]]
+CancelledHook = Callable[[Job, "Context"], Awaitable[None]]
 
 
 def _seconds(value: float | timedelta) -> float:
@@ -29,6 +32,12 @@ class Stage:
     gave_up:        async (job, ctx) when a job fails for good (last attempt failed, or
                     its process died on it). It runs in the transaction that marks the
                     job failed (ctx.db is that connection), so a refund happens once.
+    cancelled:      async (job, ctx) when a job that had not started is cancelled (by
+                    itself or with its batch). Also in the transaction that marks it
+                    cancelled; ctx has no run (run_id None). A hook that raises (either
+                    one) rolls its ending back.
+    payload:        a pydantic model of what the stage's jobs carry; where people enqueue
+                    (the API, the CLI) a payload that does not fit is refused (422).
     """
     type: str
     handler: JobHandler | None = None
@@ -39,7 +48,9 @@ class Stage:
     max_attempts: int = 3
     timeout: float | timedelta = 60.0
     gave_up: GaveUpHook | None = None
+    cancelled: CancelledHook | None = None
     internal: bool = False  # housekeeping: counted in the summary, not in jobs_done/failed
+    payload: type[BaseModel] | None = None
 
     def __post_init__(self) -> None:
         if not self.type or not isinstance(self.type, str):
@@ -49,6 +60,8 @@ class Stage:
         for name in ("batch", "concurrency", "max_attempts"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"stage {self.type!r}: {name} must be a whole number >= 1")
+        if self.payload is not None and not (isinstance(self.payload, type) and issubclass(self.payload, BaseModel)):
+            raise ValueError(f"stage {self.type!r}: payload must be a pydantic model class")
         object.__setattr__(self, "lease", _seconds(self.lease))
         object.__setattr__(self, "timeout", _seconds(self.timeout))
         if self.timeout <= 0 or self.timeout >= self.lease:
@@ -78,6 +91,12 @@ class DeferJob(Exception):
         self.until = _when(until)
         self.reason = reason
         super().__init__(reason or f"deferred until {self.until.isoformat()}")
+
+
+class FailJob(Exception):
+    """Raise from a handler when no retry can make the job succeed (its payload names
+    something it may not touch, or is malformed): it fails for good now, with this
+    message as its last_error, without using its remaining attempts."""
 
 
 class StopRun(DeferJob):

@@ -11,8 +11,8 @@ from serving_kit import (AUTH, SECRET, Recorder, assert_error, free_socket, make
 
 from app.api import create_app
 
-RUN_KEYS = {"runId", "trigger", "stopReason", "jobsDone", "jobsFailed", "jobsDeferred", "units",
-            "summary", "error", "startedAt", "finishedAt", "budgetSeconds"}
+RUN_KEYS = {"id", "trigger", "stopReason", "jobsDone", "jobsFailed", "jobsDeferred", "quotaUnits",
+            "summary", "error", "startedAt", "finishedAt", "durationSeconds", "budgetSeconds"}
 
 
 @pytest.fixture
@@ -76,14 +76,25 @@ async def test_a_run_returns_its_summary_and_writes_its_runs_row(make_client, vi
     assert body["summary"]["stages"]["record"] == {"done": 7, "failed": 0, "deferred": 0}
     assert sorted(recorder.seen) == sorted(ids)
 
-    row = await pool.fetchrow("SELECT * FROM runs WHERE id = $1::uuid", body["runId"])
+    row = await pool.fetchrow("SELECT * FROM runs WHERE id = $1::uuid", body["id"])
     assert row["trigger"] == "http"
     assert row["stop_reason"] == "no_work"
     assert row["finished_at"] is not None
     assert (row["jobs_done"], row["jobs_failed"], row["jobs_deferred"]) == \
         (body["jobsDone"], body["jobsFailed"], body["jobsDeferred"])
     jobs = await pool.fetch("SELECT status, run_id FROM jobs WHERE id = ANY($1::uuid[])", ids)
-    assert {(j["status"], str(j["run_id"])) for j in jobs} == {("done", body["runId"])}
+    assert {(j["status"], str(j["run_id"])) for j in jobs} == {("done", body["id"])}
+
+
+async def test_a_run_has_one_shape_on_the_trigger_and_in_the_runs_log(make_client, pool, recorder):
+    await seed(pool, 3)
+    client = await make_client(stages=[recorder.stage], api_key=True)
+    body = (await client.post("/cron/pipeline", headers=AUTH)).json()
+    one = (await client.get(f"/runs/{body['id']}")).json()
+    [listed] = (await client.get("/runs")).json()["data"]
+    assert set(body) - set(one) == {"budgetSeconds"}  # the trigger also says the budget it gave
+    assert {k: v for k, v in body.items() if k != "budgetSeconds"} == one == listed
+    assert one["jobsDone"] == 3 and one["quotaUnits"] == 0
 
 
 async def test_get_works_like_post(make_client, pool, recorder):
@@ -102,7 +113,7 @@ async def test_two_triggers_at_once_share_no_job(make_client, via, pool):
                                 client.post("/cron/pipeline", headers=AUTH))
     assert a.status_code == b.status_code == 200, (a.text, b.text)
     runs = [a.json(), b.json()]
-    assert runs[0]["runId"] != runs[1]["runId"]
+    assert runs[0]["id"] != runs[1]["id"]
 
     assert len(slow.seen) == len(set(slow.seen)) == 40  # every job ran, none twice
     assert set(slow.seen) == set(ids)
@@ -110,10 +121,10 @@ async def test_two_triggers_at_once_share_no_job(make_client, via, pool):
     assert sum(done) == 40 and min(done) > 0, done  # both did work, and none of it twice
 
     rows = await pool.fetch("SELECT id::text, stop_reason, jobs_done, finished_at FROM runs")
-    assert {r["id"] for r in rows} == {runs[0]["runId"], runs[1]["runId"]}
+    assert {r["id"] for r in rows} == {runs[0]["id"], runs[1]["id"]}
     assert all(r["finished_at"] is not None and r["stop_reason"] == "no_work" for r in rows)
     owners = await pool.fetch("SELECT run_id::text, count(*) AS n FROM jobs GROUP BY run_id")
-    assert {o["run_id"]: o["n"] for o in owners} == {r["runId"]: d for r, d in zip(runs, done)}
+    assert {o["run_id"]: o["n"] for o in owners} == {r["id"]: d for r, d in zip(runs, done)}
 
 
 async def test_budget_is_capped_by_the_setting(make_client, dsn, pool, recorder):

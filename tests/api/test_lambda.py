@@ -79,7 +79,7 @@ async def test_function_url_event_runs_the_pipeline(lambda_app, pool, recorder):
     assert body["summary"]["stages"]["record"]["done"] == 6
     assert sorted(recorder.seen) == sorted(ids)
     row = await pool.fetchrow("SELECT trigger, stop_reason, finished_at FROM runs WHERE id = $1::uuid",
-                              body["runId"])
+                              body["id"])
     assert row["trigger"] == "http" and row["stop_reason"] == "no_work" and row["finished_at"]
 
 
@@ -99,8 +99,9 @@ async def test_scheduled_event_runs_the_pipeline_as_cron(lambda_app, pool, recor
     assert body["trigger"] == "cron"
     assert body["stopReason"] == "no_work"
     assert body["budgetSeconds"] == 220  # min(PIPELINE_BUDGET_SECONDS, 300 - 60)
+    assert body["jobsDone"] == 4 and body["quotaUnits"] == 0  # the run's one shape (app.runtime.run_json)
     assert sorted(recorder.seen) == sorted(ids)
-    row = await pool.fetchrow("SELECT * FROM runs WHERE id = $1::uuid", body["runId"])
+    row = await pool.fetchrow("SELECT * FROM runs WHERE id = $1::uuid", body["id"])
     assert row["trigger"] == "cron" and row["stop_reason"] == "no_work"
     assert row["summary"]["stages"]["record"]["done"] == 4
 
@@ -125,7 +126,7 @@ async def test_too_little_time_left_claims_nothing_but_records_the_run(lambda_ap
     assert recorder.seen == []
     assert await pool.fetchval("SELECT count(*) FROM jobs WHERE status = 'pending' AND id = ANY($1::uuid[])",
                                ids) == 3
-    assert await pool.fetchval("SELECT finished_at IS NOT NULL FROM runs WHERE id = $1::uuid", body["runId"])
+    assert await pool.fetchval("SELECT finished_at IS NOT NULL FROM runs WHERE id = $1::uuid", body["id"])
 
 
 async def test_the_pool_is_reused_across_invocations(lambda_app, pool):

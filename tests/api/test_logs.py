@@ -9,7 +9,7 @@ import logging
 import pytest
 from serving_kit import make_settings, seed
 
-from app.api.runtime import Runtime
+from app.runtime import Runtime
 from app.logs import configure_logging
 
 

@@ -119,8 +119,8 @@ async def test_runs_page_newest_first_under_concurrent_runs(make_client, pool):
     running = await page_through(client, "/runs?stop_reason=running&trigger=http")
     assert len(running) == 15 and all(r["stopReason"] is None for r in running)
     one = (await client.get(f"/runs/{seeded[1]}")).json()
-    assert (one["trigger"], one["stopReason"], one["jobs"]) == ("cron", "no_work",
-                                                                 {"done": 0, "failed": 0, "deferred": 0})
+    assert (one["trigger"], one["stopReason"], one["jobsDone"], one["jobsFailed"], one["jobsDeferred"]) == (
+        "cron", "no_work", 0, 0, 0)
 
 
 async def _a_cursor(client, url):

@@ -1,0 +1,171 @@
+"""How a job ends, decided in one place: done, deferred, failed with backoff, given up,
+cancelled.
+
+Every path that ends a job comes through here: the loop (what a claimed batch came to),
+the stuck sweep (a holder died on the last attempt), and the two cancels (one job, a
+batch). The endings a stage has a say in run its hook inside the transaction that writes
+them: `gave_up` when a job fails for good, `cancelled` when a job is cancelled before it
+started. A hook that raises rolls its ending back (HookFailed says which). A job that
+gives up is announced (the `job.failed` notification) from that same transaction."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Iterable
+
+import asyncpg
+
+from app.engine import batches, job_admin
+from app.engine import jobs as q
+from app.engine.jobs import Job
+from app.pipeline import notifications
+from app.pipeline.stage import Context, DeferJob, FailJob, Stage, StopRun, Tally
+
+STUCK_ERROR = "lease expired on the last attempt"
+
+
+class HookFailed(Exception):
+    """A stage's hook raised while a job was ending; that ending was rolled back."""
+
+    def __init__(self, hook: str, stage: Stage, job: Job, cause: BaseException) -> None:
+        self.public_message = f"the {stage.type!r} stage's {hook} hook failed for job {job.id}"
+        super().__init__(f"{self.public_message}: {type(cause).__name__}: {cause}")
+
+
+def error_text(exc: BaseException) -> str:
+    """A failed attempt's last_error."""
+    if isinstance(exc, TimeoutError):
+        return str(exc) or "TimeoutError"
+    if isinstance(exc, FailJob):
+        return str(exc)[:4000]  # written for the queue's user: no class name
+    return f"{type(exc).__name__}: {exc}"[:4000]
+
+
+class BatchEndings:
+    """What each job of one claimed batch came to, decided from what its handler did:
+    returned (done), raised DeferJob or StopRun (deferred), raised anything else (failed;
+    FailJob: failed for good, attempts left or not). settle() writes them."""
+
+    def __init__(self) -> None:
+        self.done: list[uuid.UUID] = []
+        self.deferred: dict[uuid.UUID, datetime] = {}
+        self.failed: list[tuple[Job, str, bool]] = []  # (job, error, for good whatever its attempts)
+        self.stop_reason: str | None = None
+
+    def record(self, job: Job, exc: BaseException | None) -> None:
+        if exc is None:
+            self.done.append(job.id)
+        elif isinstance(exc, DeferJob):
+            self.deferred[job.id] = exc.until
+            if isinstance(exc, StopRun) and self.stop_reason is None:
+                self.stop_reason = exc.stop_reason
+        else:
+            self.failed.append((job, error_text(exc), isinstance(exc, FailJob)))
+
+    def defer_now(self, job: Job) -> None:
+        """Not started (out of time, or the run is stopping): back to pending, attempt handed back."""
+        self.deferred[job.id] = datetime.now(timezone.utc)
+
+
+@dataclass
+class Settled:
+    """What settle() wrote for one batch."""
+    done: int = 0
+    deferred: int = 0
+    failed: int = 0   # failed attempts: retried later or given up
+    gave_up: int = 0  # of those, failed for good
+    lost: int = 0     # endings dropped: another run had reclaimed the job
+
+
+async def settle(pool, stage: Stage, endings: BatchEndings, ctx: Context) -> Settled:
+    """Write a batch's endings, each guarded by the run still holding the job. A failure
+    whose hook (or write) raised is rolled back and noted in the run's errors: the job
+    stays held until its lease expires, and then the stuck sweep gives it up."""
+    done = await q.complete(pool, ctx.run_id, endings.done)
+    deferred = await q.defer(pool, ctx.run_id, endings.deferred)
+    out = Settled(done=len(done), deferred=len(deferred),
+                  lost=len(endings.done) - len(done) + len(endings.deferred) - len(deferred))
+    for job, error, for_good in endings.failed:
+        try:
+            gave_up = await fail(pool, stage, job, error, ctx, for_good=for_good)
+        except Exception as exc:
+            ctx.tally.errors.append(f"fail({stage.type} {job.id}): {type(exc).__name__}: {exc}")
+            continue
+        if gave_up is None:
+            out.lost += 1
+            continue
+        out.failed += 1
+        out.gave_up += gave_up
+    return out
+
+
+async def fail(pool, stage: Stage, job: Job, error: str, ctx: Context, *,
+               for_good: bool = False) -> bool | None:
+    """One failed attempt: back to pending after a backoff while attempts are left, else
+    (or for_good) given up. Returns whether it gave up; None when the run no longer held it."""
+    async with pool.acquire() as conn, conn.transaction():
+        # max attempts 0: the attempt just made is the last, whatever the stage allows
+        row = await q.fail(conn, ctx.run_id, job.id, error, 0 if for_good else stage.max_attempts)
+        if row is None:
+            return None
+        if row["status"] != "failed":
+            return False
+        await _give_up(conn, stage, job, error, ctx)
+        return True
+
+
+async def give_up_stuck(pool, stage: Stage, job_id: uuid.UUID, ctx: Context) -> bool:
+    """A job whose holder died on its last attempt: failed, handed to gave_up. False when
+    another sweep got it first."""
+    async with pool.acquire() as conn, conn.transaction():
+        job = await q.fail_stuck(conn, stage.lease_terms, job_id)
+        if job is None:
+            return False
+        await _give_up(conn, stage, job, STUCK_ERROR, ctx)
+        return True
+
+
+async def _give_up(conn, stage: Stage, job: Job, error: str, ctx: Context) -> None:
+    if stage.gave_up is not None:
+        try:
+            await stage.gave_up(job, ctx.with_db(conn))
+        except Exception as exc:
+            raise HookFailed("gave_up", stage, job, exc) from exc
+    await notifications.job_gave_up(conn, ctx.settings, job, error)
+
+
+async def cancel_job(db, stages: Iterable[Stage], job_id: uuid.UUID, settings) -> asyncpg.Record | None:
+    """Cancel a job that has not started: failed as 'cancelled', its stage's `cancelled`
+    hook run in the same transaction. The job's row, or None when it was not pending."""
+    async with db.acquire() as conn, conn.transaction():
+        row = await job_admin.cancel_job(conn, job_id)
+        if row is not None:
+            await _cancelled(conn, stages, [Job.from_row(row)], settings)
+    return row
+
+
+async def cancel_batch(db, stages: Iterable[Stage], batch_id: uuid.UUID, settings) -> tuple[bool, int]:
+    """Cancel an open batch and its jobs that have not started (each through its stage's
+    `cancelled` hook), in one transaction: (whether it was open, how many jobs it took down)."""
+    async with db.acquire() as conn, conn.transaction():
+        cancelled, jobs = await batches.cancel_batch(conn, batch_id)
+        await _cancelled(conn, stages, jobs, settings)
+    return cancelled, len(jobs)
+
+
+async def _cancelled(conn, stages: Iterable[Stage], jobs: list[Job], settings) -> None:
+    by_type = {s.type: s for s in stages}
+    # no run is involved: the hook's context has no run and no time to spend
+    ctx = Context(db=conn, run_id=None, trigger="cancel", settings=settings, deadline=time.monotonic(),
+                  tally=Tally())
+    for job in jobs:
+        stage = by_type.get(job.type)
+        if stage is None or stage.cancelled is None:
+            continue
+        try:
+            await stage.cancelled(job, ctx)
+        except Exception as exc:
+            raise HookFailed("cancelled", stage, job, exc) from exc

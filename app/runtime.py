@@ -1,0 +1,173 @@
+"""What every adapter shares (the HTTP routes, the Lambda handler, the CLI and `make run`):
+the settings, the stage list, one asyncpg pool, where the database is, how long a run may
+claim, the one JSON shape of a run, and what "the database is not there" looks like.
+
+The pool is created lazily and kept: in Lambda the process (and this object) lives
+across warm invocations, so each invocation reuses the pool instead of opening and
+closing one. A failed attempt is not cached; the next call tries again."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import asyncpg
+
+from app.engine.db import create_pool
+from app.pipeline.loop import Pipeline, RunResult
+from app.pipeline.registry import check_stages, load_stages
+from app.pipeline.stage import Stage
+from app.plugin import Plugin, load_plugins, plugin_stages
+from app.settings import Settings
+
+log = logging.getLogger("skiplock.runtime")
+
+# What "the database is not there" looks like from asyncpg and the socket layer.
+DATABASE_ERRORS = (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
+class DatabaseUnavailable(RuntimeError):
+    """The database cannot be used now: HTTP answers 503 with `code`, the CLI exits 2."""
+    code = "database_unavailable"
+    state = "unreachable"  # what /health/ready reports as "database"
+
+
+class DatabaseNotConfigured(DatabaseUnavailable):
+    code = "database_not_configured"
+    state = "not configured"
+
+
+@contextmanager
+def database_errors() -> Iterator[None]:
+    """Inside: any of DATABASE_ERRORS leaves as DatabaseUnavailable (the cause chained,
+    for the log; the message names only the kind of failure, never its internals)."""
+    try:
+        yield
+    except DATABASE_ERRORS as exc:
+        raise DatabaseUnavailable(f"the database is not reachable: {type(exc).__name__}") from exc
+
+
+async def database_url(settings: Settings, *, embedded: bool) -> str:
+    """DATABASE_URL; else, where allowed, the embedded server under LOCAL_DATA_DIR."""
+    if settings.database_url:
+        return settings.database_url
+    if embedded:
+        from app.devdb import local_database_url  # the embedded server is an optional extra
+        return await local_database_url(Path(settings.local_data_dir))
+    raise DatabaseNotConfigured("DATABASE_URL is not set")
+
+
+def remaining_seconds(context: Any) -> float | None:
+    """In Lambda, the seconds this invocation has left (None anywhere else)."""
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    return remaining() / 1000.0 if callable(remaining) else None
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    budget: float      # seconds to keep claiming
+    hard_limit: float  # seconds after which no handler may still be running
+
+
+def run_limits(settings: Settings, requested: float | None, remaining: float | None) -> RunLimits:
+    """The one place a run's time is decided. The budget is the request (default
+    PIPELINE_BUDGET_SECONDS) capped by that setting and, in Lambda, by the time left
+    minus LAMBDA_SAFETY_MARGIN_SECONDS. Handlers are cut FINISH_MARGIN_SECONDS before
+    the host would kill us (the platform limit, or Lambda's time left), so the run is
+    always recorded."""
+    s = settings
+    budget = s.pipeline_budget_seconds if requested is None else min(requested, s.pipeline_budget_seconds)
+    if remaining is None:
+        hard_limit = s.platform_limit_seconds - s.finish_margin_seconds
+    else:
+        budget = min(budget, remaining - s.lambda_safety_margin_seconds)
+        hard_limit = remaining - s.finish_margin_seconds
+    hard_limit = max(0.0, hard_limit)
+    return RunLimits(budget=max(0.0, min(budget, hard_limit)), hard_limit=hard_limit)
+
+
+def run_json(row: Mapping[str, Any], budget_seconds: float | None = None) -> dict[str, Any]:
+    """The one JSON shape of a run, from its runs row: GET /runs, GET /runs/{id},
+    /cron/pipeline, the Lambda schedule and `run-once`. A run this process just made
+    also says the claiming budget it had (budgetSeconds)."""
+    started, finished = row["started_at"], row["finished_at"]
+    body = {
+        "id": str(row["id"]), "trigger": row["trigger"], "stopReason": row["stop_reason"],
+        "jobsDone": row["jobs_done"], "jobsFailed": row["jobs_failed"],
+        "jobsDeferred": row["jobs_deferred"], "quotaUnits": row["quota_units"],
+        "summary": row["summary"], "error": row["error"],
+        "startedAt": started.isoformat(), "finishedAt": finished.isoformat() if finished else None,
+        "durationSeconds": round((finished - started).total_seconds(), 3) if finished else None,
+    }
+    if budget_seconds is not None:
+        body["budgetSeconds"] = round(budget_seconds, 3)
+    return body
+
+
+def configured_stages(settings: Settings, plugins: list[Plugin]) -> list[Stage]:
+    """The plug-ins' stages, then PIPELINE_STAGES's (a stage named twice, as when
+    PIPELINE_STAGES names a plug-in's own list, runs once)."""
+    stages = plugin_stages(plugins)
+    if settings.pipeline_stages:
+        stages += [s for s in load_stages(settings.pipeline_stages) if not any(s is t for t in stages)]
+    check_stages(stages, "PIPELINE_PLUGINS and PIPELINE_STAGES")
+    return stages
+
+
+class Runtime:
+    """The composition root's product: the plug-ins and stages this deployment runs.
+
+    stages: given by tests and embedders (create_app(stages=...)); default: the plug-ins'
+    and PIPELINE_STAGES's. plugins: default PIPELINE_PLUGINS's.
+    embedded_database: may an unset DATABASE_URL start the embedded server? Default:
+    only in local dev mode (LOCAL_DEV); the CLI, a tool on your machine, always may."""
+
+    def __init__(self, settings: Settings, stages: list[Stage] | None = None, *,
+                 plugins: list[Plugin] | None = None, embedded_database: bool | None = None) -> None:
+        self.settings = settings
+        self.plugins = load_plugins(settings.pipeline_plugins) if plugins is None else list(plugins)
+        if stages is None:
+            stages = configured_stages(settings, self.plugins)
+        else:
+            check_stages(stages, "create_app(stages=...)")
+        self.stages = stages
+        self.embedded_database = settings.local_dev if embedded_database is None else embedded_database
+        self._pool: asyncpg.Pool | None = None
+        self._lock: asyncio.Lock | None = None
+        self.pools_created = 0
+
+    async def dsn(self) -> str:
+        return await database_url(self.settings, embedded=self.embedded_database)
+
+    async def pool(self) -> asyncpg.Pool:
+        """The pool; DatabaseUnavailable (or DatabaseNotConfigured) when there is none."""
+        if self._pool is not None:
+            return self._pool
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._pool is None:
+                dsn = await self.dsn()
+                with database_errors():
+                    self._pool = await create_pool(dsn, self.settings.db_pool_size)
+                self.pools_created += 1
+        return self._pool
+
+    async def run(self, trigger: str, requested: float | None = None,
+                  remaining: float | None = None) -> RunResult:
+        """One run of the stages. requested: the seconds asked for (None: the setting);
+        remaining: Lambda's time left, read once by the caller (None: not in Lambda)."""
+        limits = run_limits(self.settings, requested, remaining)
+        pool = await self.pool()
+        with database_errors():  # the runs row could not even be written
+            return await Pipeline(pool, self.stages, self.settings).run(
+                trigger, budget=limits.budget, hard_limit=limits.hard_limit)
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
