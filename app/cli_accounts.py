@@ -10,17 +10,15 @@ import json
 from app.engine import accounts
 from app.engine.db import connect
 from app.engine.tenancy import Actor, act_as
-from app.outreach.plans import PLANS
 
 CLI_ACTOR = Actor("system", "cli")
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    u = sub.add_parser("user", help="users and their plans")
+    u = sub.add_parser("user", help="users (the tenants API keys belong to)")
     usub = u.add_subparsers(dest="user_command", required=True)
-    ua = usub.add_parser("add", help="add a user (or change an existing user's plan)")
+    ua = usub.add_parser("add", help="add a user (nothing changes if they exist)")
     ua.add_argument("email")
-    ua.add_argument("--plan", choices=list(PLANS), default="free")
     k = sub.add_parser("key", help="API keys")
     ksub = k.add_subparsers(dest="key_command", required=True)
     kc = ksub.add_parser("create", help="create an API key for a user; it is shown once")
@@ -32,19 +30,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 async def run(args, dsn: str, fail) -> str:
     """The command's output line; `fail(message)` raises the CLI's one-line error."""
-    from app.outreach.campaigns import CampaignInputError, check_email
-
     conn = await connect(dsn)
     try:
         async with conn.transaction():
             await act_as(conn, CLI_ACTOR)
             if args.command == "user":
                 try:
-                    email = check_email(args.email)
-                except CampaignInputError as exc:
+                    email = accounts.check_email(args.email)
+                except accounts.AccountError as exc:
                     fail(str(exc))
-                user_id = await accounts.add_user(conn, email, args.plan)
-                return json.dumps({"id": str(user_id), "email": email, "plan": args.plan})
+                user_id = await accounts.add_user(conn, email)
+                return json.dumps({"id": str(user_id), "email": email})
             if args.key_command == "create":
                 try:
                     key = await accounts.create_key(conn, args.email.strip().lower(), args.admin)

@@ -24,15 +24,15 @@ from pathlib import Path
 import uvicorn
 
 from app.api.main import create_app
-from app.api.runtime import DATABASE_ERRORS, Runtime
-from app.devdb import LocalPostgresError, pid_alive
+from app.runtime import DATABASE_ERRORS, DatabaseUnavailable, Runtime
+from app.devdb import PASSWORD_FILE, LocalPostgresError, pid_alive, without_password
 from app.engine import accounts
 from app.engine.db import connect
 from app.engine.tenancy import Actor, acting
 from app.engine.migrate import migrate
 from app.logs import configure_logging
 from app.settings import Settings, SettingsError, load_settings
-from app.outreach.sample import install_demo
+from app.plugin import Plugin, load_plugins
 
 log = logging.getLogger("skiplock.dev")
 
@@ -137,13 +137,13 @@ def api_banner(settings: Settings, key: str) -> str:
 
 def banner(settings: Settings, secret: str, dsn: str, data_dir: Path | None) -> str:
     url = f"http://{settings.local_host}:{settings.local_port}"
-    where = f" (data in {data_dir})" if data_dir else ""
+    where = f" (data in {data_dir}, password in {data_dir / PASSWORD_FILE})" if data_dir else ""
     tick = (f"every {settings.local_tick_seconds:g} s (LOCAL_TICK_SECONDS)"
             if settings.local_tick_seconds else "off (LOCAL_TICK_SECONDS=0)")
     return "\n".join([
         "",
         f"Skiplock is serving on {url} (local dev mode)",
-        f"  PostgreSQL:   {dsn}{where}",
+        f"  PostgreSQL:   {without_password(dsn)}{where}",
         f"  Cron secret:  {secret}",
         f"  Local ticker: {tick}",
         "  Trigger a run:",
@@ -152,6 +152,8 @@ def banner(settings: Settings, secret: str, dsn: str, data_dir: Path | None) -> 
         "  Stop:         Ctrl-C",
         "",
     ])
+
+
 
 
 class Ticker:
@@ -171,8 +173,8 @@ class Ticker:
             await asyncio.sleep(self.every)
             self.running = True
             try:
-                await self.runtime.run_within("cron", None, None)
-            except DATABASE_ERRORS as exc:
+                await self.runtime.run("cron")
+            except DatabaseUnavailable as exc:
                 log.error("local tick: the database is not reachable: %s", exc)
             except Exception:
                 log.exception("local tick failed")
@@ -191,7 +193,16 @@ class Ticker:
         await asyncio.gather(self.task, return_exceptions=True)
 
 
-async def serve(settings: Settings, signals: "_Signals") -> None:
+def dev_overrides(settings: Settings, plugins: list[Plugin]) -> dict:
+    """What the plug-ins change for local dev (their sample sites on loopback, say)."""
+    out: dict = {}
+    for plugin in plugins:
+        if plugin.dev_settings is not None:
+            out.update(plugin.dev_settings(settings))
+    return out
+
+
+async def serve(settings: Settings, plugins: list[Plugin], signals: "_Signals") -> None:
     conn = await connect(settings.database_url)
     try:
         applied = await migrate(conn)
@@ -199,10 +210,12 @@ async def serve(settings: Settings, signals: "_Signals") -> None:
         await conn.close()
     if applied:
         log.info("applied migrations: %s", ", ".join(applied))
-    app = create_app(settings)
+    app = create_app(settings, plugins=plugins)
     runtime: Runtime = app.state.runtime
     pool = await runtime.pool()
-    await install_demo(app, pool, settings)  # the sample site, and a demo campaign
+    for plugin in plugins:  # the example's: its sample site, and a demo campaign
+        if plugin.dev_setup is not None:
+            await plugin.dev_setup(app, pool, settings)
     print(api_banner(settings, await local_admin_key(pool, Path(settings.local_data_dir))), flush=True)
     config = uvicorn.Config(app, host=settings.local_host, port=settings.local_port,
                             log_config=None, lifespan="on", access_log=True)
@@ -261,9 +274,11 @@ def main() -> int:
         else:
             local, dsn = start_local_postgres(data_dir)
         secret = cron_secret(settings, data_dir)
-        settings = load_settings(**{**settings.model_dump(), "database_url": dsn, "cron_secret": secret})
+        plugins = load_plugins(settings.pipeline_plugins)
+        settings = load_settings(**{**settings.model_dump(), "database_url": dsn, "cron_secret": secret,
+                                    **dev_overrides(settings, plugins)})
         print(banner(settings, secret, dsn, data_dir if local else None), flush=True)
-        asyncio.run(serve(settings, signals))
+        asyncio.run(serve(settings, plugins, signals))
     except KeyboardInterrupt:
         pass
     except (DevError, LocalPostgresError) as exc:

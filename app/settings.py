@@ -17,12 +17,17 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore")
 
     database_url: str | None = Field(None, description="PostgreSQL DSN; unset: the local embedded server")
-    pipeline_stages: str = Field("app.outreach:STAGES", description="module:NAME of the ordered stage list")
+    pipeline_plugins: str = Field(
+        "app.outreach.plugin:PLUGIN",
+        description="comma-separated module:NAME of the plug-ins to run (their stages, routes, commands); "
+                    "empty: none")
+    pipeline_stages: str = Field(
+        "", description="module:NAME of your own ordered stage list, run after the plug-ins' stages")
     pipeline_budget_seconds: float = Field(220.0, gt=0, description="stop claiming after this long")
     platform_limit_seconds: float = Field(300.0, gt=0, description="the host kills the invocation here")
     finish_margin_seconds: float = Field(
         10.0, ge=0, description="kept free before the platform limit for recording the run")
-    db_pool_size: int = Field(10, ge=1, le=200)
+    db_pool_size: int = Field(10, ge=1, le=200, description="asyncpg connections per process")
 
     # Maintenance, notifications and the long-running worker.
     run_scheduler: bool = Field(
@@ -70,6 +75,12 @@ class Settings(BaseSettings):
         12, ge=0, description="calls per client per minute to /cron/pipeline (needs REDIS_URL; 0: no limit)")
     cache_seconds: float = Field(
         2.0, ge=0, description="read routes are cached in Redis this long (needs REDIS_URL; 0: no cache)")
+    max_body_bytes: int = Field(
+        1_048_576, ge=1024, le=100_000_000,
+        description="a request body longer than this is refused with 413 while it streams in")
+    max_payload_bytes: int = Field(
+        65_536, ge=256, le=100_000_000,
+        description="a job payload (as compact JSON) larger than this is refused with 422 at enqueue")
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -86,7 +97,7 @@ class Settings(BaseSettings):
         if self.pipeline_budget_seconds + self.finish_margin_seconds > self.platform_limit_seconds:
             raise ValueError(
                 "PIPELINE_BUDGET_SECONDS plus FINISH_MARGIN_SECONDS must fit inside PLATFORM_LIMIT_SECONDS")
-        if ":" not in self.pipeline_stages:
+        if self.pipeline_stages and ":" not in self.pipeline_stages:
             raise ValueError("PIPELINE_STAGES must look like package.module:NAME")
         return self
 
@@ -98,6 +109,10 @@ class Settings(BaseSettings):
     fetch_user_agent: str = Field(
         "SkiplockBot/0.1 (Skiplock example pipeline)",
         description="sent with every fetch; robots.txt rules for SkiplockBot apply")
+    fetch_allow_private: str = Field(
+        "", pattern=r"^\s*([^,\s]+:\d+)?\s*(,\s*([^,\s]+:\d+)?\s*)*$",
+        description="comma-separated host:port pairs that fetches and webhooks may reach although "
+                    "they are not public (e.g. 127.0.0.1:8000); everything else non-public is refused")
     crawl_max_depth: int = Field(
         3, ge=0, description="links more than this many clicks from the home page are not followed")
     quota_daily_units: int = Field(
@@ -132,6 +147,8 @@ class Settings(BaseSettings):
             raise ValueError("PAGE_SIZE_DEFAULT cannot be larger than PAGE_SIZE_MAX")
         if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("REDIS_URL must look like redis://127.0.0.1:6379/0")
+        if self.max_payload_bytes > self.max_body_bytes:
+            raise ValueError("MAX_PAYLOAD_BYTES cannot be larger than MAX_BODY_BYTES")
         return self
 
     @property

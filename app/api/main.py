@@ -1,14 +1,16 @@
 """The FastAPI app factory.
 
-    create_app()                            settings from the environment, PIPELINE_STAGES
-    create_app(settings, stages=[...])      what tests and embedders pass
+    create_app()                            settings from the environment: PIPELINE_PLUGINS
+                                            (their stages and routes) and PIPELINE_STAGES
+    create_app(settings, stages=[...], plugins=[...])   what tests and embedders pass
 
 `uvicorn --factory app.api.main:create_app` serves it; `make run` and the Lambda
 handler build it the same way. The pool is created on first use and closed by the
 lifespan shutdown (which Lambda never runs: there the pool lives with the process).
 
-Middleware, outermost first: the JSON 500 catch-all, per-client rate limits (Redis,
-failing open), Idempotency-Key (Postgres), then the routes."""
+Middleware, outermost first: the JSON 500 catch-all, the body cap (413), per-client
+rate limits (Redis, failing open), route matching (404 and 405), Idempotency-Key
+(Postgres, after authenticating), then the routes."""
 
 from __future__ import annotations
 
@@ -17,18 +19,21 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app.api import audit, batches, cron, errors, health, jobs, openapi, runs
-from app.outreach import routes as campaigns
 from app.api.auth import TENANT
+from app.api.body_limit import BodyLimit
 from app.api.idempotency import Idempotency
 from app.api.ratelimit import RateLimit
 from app.api.redis_gate import RedisGate
-from app.api.runtime import Runtime
+from app.api.route_gate import RouteGate
+from app.runtime import Runtime
 from app.pipeline.stage import Stage
+from app.plugin import Plugin
 from app.settings import Settings, get_settings
 
 
-def create_app(settings: Settings | None = None, stages: list[Stage] | None = None) -> FastAPI:
-    runtime = Runtime(settings or get_settings(), stages)
+def create_app(settings: Settings | None = None, stages: list[Stage] | None = None,
+               plugins: list[Plugin] | None = None) -> FastAPI:
+    runtime = Runtime(settings or get_settings(), stages, plugins=plugins)
     gate = RedisGate(runtime.settings.redis_url, runtime.settings.redis_timeout_seconds)
 
     @asynccontextmanager
@@ -43,12 +48,16 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
     app.state.runtime = runtime
     app.state.redis = gate
     app.add_middleware(Idempotency, runtime=runtime)
+    app.add_middleware(RouteGate)
     app.add_middleware(RateLimit, settings=runtime.settings, gate=gate)
+    app.add_middleware(BodyLimit, max_bytes=runtime.settings.max_body_bytes)
     errors.install(app)  # last, so its catch-all is the outermost middleware
     app.include_router(cron.router)
     app.include_router(health.router)
     # Tenant routes: an API key, and row-level security in a transaction per request.
-    for router in (jobs.router, runs.router, batches.router, campaigns.router, audit.router):
+    # The plug-ins' routes are tenant routes too.
+    plugin_routers = [r for p in runtime.plugins for r in p.routers]
+    for router in (jobs.router, runs.router, batches.router, *plugin_routers, audit.router):
         app.include_router(router, dependencies=[TENANT])
     openapi.install(app, runtime)
     return app

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.engine.queries import query
-from app.engine.tenancy import Actor
+from app.engine.tenancy import Actor, KeyProof
 
 KEY_SHAPE = re.compile(r"^(slk_[0-9a-f]{8})_[A-Za-z0-9_-]{32,64}$")
+_EMAIL = re.compile(r"^[^@\s\x00-\x1f\x7f]{1,64}@[^@\s\x00-\x1f\x7f]{1,255}$")
 
 
 class AccountError(Exception):
@@ -32,6 +33,14 @@ class NewKey:
     admin: bool
 
 
+def check_email(email: str) -> str:
+    """The address, trimmed and lower-cased; AccountError if it is not one."""
+    email = (email or "").strip().lower()
+    if not _EMAIL.match(email) or len(email) > 320:
+        raise AccountError(f"{email!r} is not an e-mail address")
+    return email
+
+
 def digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
@@ -41,10 +50,12 @@ def make_key() -> tuple[str, str]:
     return f"{prefix}_{secrets.token_urlsafe(32)}", prefix
 
 
-async def add_user(conn, email: str, plan: str) -> uuid.UUID:
-    """Create the user (or find them) and set their plan. Call inside an actor's transaction."""
+async def add_user(conn, email: str, plan: str | None = None) -> uuid.UUID:
+    """Create the user (or find them) and, if given, set their plan (a name a plug-in
+    gives meaning to). Call inside an actor's transaction."""
     row = await conn.fetchrow(query("user_ensure"), email)
-    await conn.execute(query("subscription_set"), row["id"], plan)
+    if plan is not None:
+        await conn.execute(query("subscription_set"), row["id"], plan)
     return row["id"]
 
 
@@ -67,6 +78,8 @@ async def authenticate(db, key: str) -> Actor | None:
     if shape is None:
         return None
     row: asyncpg.Record | None = await db.fetchrow(query("api_key_lookup"), shape.group(1))
-    if row is None or not hmac.compare_digest(row["hash"], digest(key)):
+    presented = digest(key)
+    if row is None or not hmac.compare_digest(row["hash"], presented):
         return None
-    return Actor("admin" if row["admin"] else "user", str(row["user_id"]), row["user_id"], row["email"])
+    return Actor("admin" if row["admin"] else "user", str(row["user_id"]), row["user_id"], row["email"],
+                 KeyProof(shape.group(1), presented))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -57,6 +58,13 @@ def mount_sample_site(app, path: str = "/sample") -> None:
     robots.txt rules at the app's /robots.txt, where crawlers look for them."""
     app.mount(path.rstrip("/"), StaticFiles(directory=SITE_DIR, html=True), name="sample_site")
     app.router.routes.append(_robots_route(path))
+
+
+def allow_sample_site(settings) -> dict[str, str]:
+    """`make run`'s settings: FETCH_ALLOW_PRIVATE plus the sample site this process
+    serves, which is on loopback and so refused by the egress guard unless listed."""
+    own = urlsplit(sample_site_url(settings)).netloc
+    return {"fetch_allow_private": ",".join(filter(None, [settings.fetch_allow_private.strip(" ,"), own]))}
 
 
 def sample_site_url(settings) -> str:

@@ -130,9 +130,14 @@ def test_make_run_serves_triggers_ticks_and_stops_clean(data_dir):
         summary = run_the_printed_curl(curl)
         assert summary["trigger"] == "http"
         assert summary["stopReason"] in ("no_work", "time_budget")
-        assert {"runId", "jobsDone", "jobsFailed", "jobsDeferred", "units", "summary"} <= set(summary)
+        assert {"id", "jobsDone", "jobsFailed", "jobsDeferred", "quotaUnits", "summary"} <= set(summary)
 
         run.wait_for(r'"event": "run".*"trigger": "cron"', timeout=20)  # the local ticker
+        # The demo campaign's home page (on loopback) was fetched, not refused by the
+        # egress guard: `make run` lists its own sample site in FETCH_ALLOW_PRIVATE.
+        crawls = httpx.get(f"http://127.0.0.1:{port}/jobs", params={"type": "crawl"},
+                           headers={"Authorization": f"Bearer {admin_key}"}).json()["data"]
+        assert crawls, "the brief of the demo campaign queued no crawl"
         assert httpx.get(f"http://127.0.0.1:{port}/health/ready").status_code == 200
 
         app_pid = run.app_pid(data_dir)

@@ -15,7 +15,7 @@ from serving_kit import AUTH, Recorder
 
 from app.engine import accounts
 from app.engine.batches import BatchRequest, create_batch
-from app.engine.tenancy import Actor, tenant_transaction
+from app.engine.tenancy import tenant_transaction
 from app.pipeline.loop import Pipeline
 from tests import factories as f
 
@@ -162,7 +162,8 @@ async def test_lists_show_only_the_callers_rows(client, pool, two_tenants):
 
 async def test_an_unfiltered_query_in_a_tenant_transaction_returns_only_its_rows(pool, two_tenants):
     a, b = two_tenants
-    actor = Actor("user", str(a.user_id), a.user_id, a.email)
+    actor = await accounts.authenticate(pool, a.key)
+    assert actor.user_id == a.user_id
     async with tenant_transaction(pool, actor) as conn:
         # deliberately no WHERE: row-level security is the filter
         assert {r["campaign_id"] for r in await conn.fetch("SELECT campaign_id FROM jobs")} == {a.campaign}
@@ -203,11 +204,12 @@ async def test_a_pooled_connection_carries_nothing_after_a_request(make_client, 
     runtime = client._transport.app.state.runtime
     async with (await runtime.pool()).acquire() as conn:  # the one connection those requests used
         row = await conn.fetchrow(
-            "SELECT current_user AS role, current_setting('app.current_user_id', true) AS tenant, "
+            "SELECT current_user AS role, current_setting('app.current_key_prefix', true) AS key, "
+            "current_setting('app.current_key_digest', true) AS digest, "
             "current_setting('app.current_actor_kind', true) AS kind, "
             "current_setting('app.current_actor_id', true) AS actor")
-    assert row["role"] != "skiplock_api"
-    assert not row["tenant"] and not row["kind"] and not row["actor"]
+    assert row["role"] not in ("skiplock_api", "skiplock_admin")
+    assert not row["key"] and not row["digest"] and not row["kind"] and not row["actor"]
 
 
 async def test_audit_records_who_changed_what(client, pool, two_tenants):
@@ -241,7 +243,8 @@ async def test_keys_and_plans_are_audited_from_the_cli_without_secrets(pool, dsn
     import subprocess
     import sys
     env = {"DATABASE_URL": dsn, "PATH": "/usr/bin:/bin"}
-    for args in (["user", "add", "carol@c.example", "--plan", "pro"], ["key", "create", "carol@c.example"]):
+    for args in (["user", "add", "carol@c.example"], ["plan", "set", "carol@c.example", "pro"],
+                 ["key", "create", "carol@c.example"]):
         done = subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, env=env)
         assert done.returncode == 0, done.stderr
     rows = await pool.fetch("SELECT * FROM audit_log WHERE actor_kind = 'system' ORDER BY id")

@@ -8,11 +8,11 @@ import pytest
 
 from app.outreach.campaigns import seed_demo
 from app.outreach.sample import sample_site_app
-from tests.outreach.conftest import run
+from tests.outreach.conftest import reachable, run
 from tests.outreach.servers import ServerThread
 from tests.test_migrate_cli import cli, one_line_error
 
-EXAMPLE = {"PIPELINE_STAGES": "app.outreach:STAGES"}
+EXAMPLE = {"PIPELINE_PLUGINS": "app.outreach.plugin:PLUGIN"}
 
 
 async def test_campaign_add_creates_the_owner_on_the_plan_and_queues_the_brief(dsn, pool):
@@ -54,12 +54,16 @@ async def test_an_owner_keeps_their_plan(dsn, pool):
     assert await pool.fetchval("SELECT count(*) FROM campaigns") == 1
 
 
-async def test_campaign_add_refuses_when_no_stage_would_run_it(dsn, pool):
-    one_line_error(cli("campaign", "add", "https://a.example", dsn=dsn), "has no 'brief' stage")
+async def test_campaign_commands_come_with_the_plug_in(dsn, pool):
+    """Without the example plug-in there is no `campaign` command (so no campaign whose
+    brief nothing would run)."""
+    out = cli("campaign", "add", "https://a.example", env={"PIPELINE_PLUGINS": ""}, dsn=dsn)
+    assert out.returncode == 2 and "invalid choice: 'campaign'" in out.stderr
+    assert await pool.fetchval("SELECT count(*) FROM campaigns") == 0
 
 
 async def test_contacts_prints_a_table(dsn, pool):
-    with ServerThread(sample_site_app()) as server:
+    with reachable(ServerThread(sample_site_app())) as server:
         cid = await seed_demo(pool, server.url + "/")
         empty = cli("contacts", str(cid), dsn=dsn)
         assert empty.returncode == 0 and "No contacts yet" in empty.stdout

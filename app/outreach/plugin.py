@@ -1,0 +1,14 @@
+"""The example as a plug-in (PIPELINE_PLUGINS=app.outreach.plugin:PLUGIN, the default):
+its stages, its tenant routes (/campaigns), its CLI commands (campaign, contacts) and,
+for `make run`, the sample site with a demo campaign."""
+
+from __future__ import annotations
+
+from app.outreach import STAGES
+from app.outreach.commands import add_commands
+from app.outreach.routes import router
+from app.outreach.sample import allow_sample_site, install_demo
+from app.plugin import Plugin
+
+PLUGIN = Plugin(name="outreach", stages=STAGES, routers=[router], commands=add_commands,
+                dev_settings=allow_sample_site, dev_setup=install_demo)

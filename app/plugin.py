@@ -1,0 +1,90 @@
+"""A plug-in: work that stands above the queue and plugs into it through this one surface.
+
+    PIPELINE_PLUGINS=app.outreach.plugin:PLUGIN        (the default: the example pipeline)
+    PIPELINE_PLUGINS=                                  (none: only PIPELINE_STAGES)
+
+A plug-in brings stages, and may bring tenant routes, CLI commands and SQL of its own.
+The queue never imports a plug-in: the adapters receive the loaded plug-ins from the
+composition root (the app factory, the CLI, `make run`, the Lambda handler) and mount
+what each brings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Sequence
+
+from app.pipeline.registry import StageConfigError
+from app.pipeline.stage import Stage
+
+# An installed command: parsed args, settings and the database URL in, text to print out.
+CommandHandler = Callable[[argparse.Namespace, Any, str], Awaitable[str]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plugin:
+    """What one plug-in brings.
+
+    name:        a plain word; names its SQL folder (sql/<name>/) and its migration versions.
+    stages:      its stages, earliest first; they run before PIPELINE_STAGES's.
+    routers:     FastAPI routers, mounted as tenant routes (an API key, row-level security).
+    commands:    called with the CLI's subparsers; each parser it adds sets
+                 `handler=<CommandHandler>` with set_defaults.
+    migrations:  a folder of ordered .sql files, applied after the queue's own.
+    dev_settings: `make run` calls it with the settings before building the app; it
+                 returns settings to change for local dev (e.g. let the crawler reach a
+                 sample site on loopback).
+    dev_setup:   `make run` calls it with (app, pool, settings) once the app is built:
+                 a sample site, demo data.
+    """
+    name: str
+    stages: Sequence[Stage] = ()
+    routers: Sequence[Any] = ()
+    commands: Callable[[Any], None] | None = None
+    migrations: Path | None = None
+    dev_settings: Callable[[Any], dict[str, Any]] | None = None
+    dev_setup: Callable[[Any, Any, Any], Awaitable[Any]] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise ValueError(f"plug-in name {self.name!r} must be a plain word")
+        object.__setattr__(self, "stages", tuple(self.stages))
+        object.__setattr__(self, "routers", tuple(self.routers))
+
+
+class CommandError(Exception):
+    """A plug-in command's one-line answer to bad input: the CLI prints it and exits 2."""
+
+
+class PluginConfigError(StageConfigError):
+    """PIPELINE_PLUGINS names something that is not a plug-in; one readable line."""
+
+
+def load_plugins(spec: str | None) -> list[Plugin]:
+    """The plug-ins named by PIPELINE_PLUGINS (comma-separated module:NAME), in order."""
+    plugins: list[Plugin] = []
+    for item in (spec or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        module_name, _, attr = item.partition(":")
+        if not module_name or not attr:
+            raise PluginConfigError(f"PIPELINE_PLUGINS: {item!r} must look like package.module:NAME")
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:
+            raise PluginConfigError(f"PIPELINE_PLUGINS: cannot import {module_name!r}: {exc}") from None
+        plugin = getattr(module, attr, None)
+        if not isinstance(plugin, Plugin):
+            raise PluginConfigError(f"PIPELINE_PLUGINS: {item} is not a Plugin")
+        if any(p.name == plugin.name for p in plugins):
+            raise PluginConfigError(f"PIPELINE_PLUGINS: two plug-ins are named {plugin.name!r}")
+        plugins.append(plugin)
+    return plugins
+
+
+def plugin_stages(plugins: Sequence[Plugin]) -> list[Stage]:
+    return [stage for p in plugins for stage in p.stages]
