@@ -6,6 +6,7 @@ The public face for stage authors; everything else is internal.
 """
 
 from app.engine.jobs import Job, NewJob
-from app.pipeline.stage import Context, DeferJob, Stage, StopRun
+from app.pipeline.stage import Context, DeferJob, FailJob, Stage, StopRun
+from app.plugin import Plugin
 
-__all__ = ["Context", "DeferJob", "Job", "NewJob", "Stage", "StopRun"]
+__all__ = ["Context", "DeferJob", "FailJob", "Job", "NewJob", "Plugin", "Stage", "StopRun"]

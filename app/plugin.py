@@ -3,7 +3,7 @@
     PIPELINE_PLUGINS=app.outreach.plugin:PLUGIN        (the default: the example pipeline)
     PIPELINE_PLUGINS=                                  (none: only PIPELINE_STAGES)
 
-A plug-in brings stages, and may bring tenant routes, CLI commands and SQL of its own.
+A plug-in brings stages, and may bring tenant routes and CLI commands of its own.
 The queue never imports a plug-in: the adapters receive the loaded plug-ins from the
 composition root (the app factory, the CLI, `make run`, the Lambda handler) and mount
 what each brings.
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import importlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Awaitable, Callable, Sequence
 
 from app.pipeline.registry import StageConfigError
@@ -33,7 +32,6 @@ class Plugin:
     routers:     FastAPI routers, mounted as tenant routes (an API key, row-level security).
     commands:    called with the CLI's subparsers; each parser it adds sets
                  `handler=<CommandHandler>` with set_defaults.
-    migrations:  a folder of ordered .sql files, applied after the queue's own.
     dev_settings: `make run` calls it with the settings before building the app; it
                  returns settings to change for local dev (e.g. let the crawler reach a
                  sample site on loopback).
@@ -44,7 +42,6 @@ class Plugin:
     stages: Sequence[Stage] = ()
     routers: Sequence[Any] = ()
     commands: Callable[[Any], None] | None = None
-    migrations: Path | None = None
     dev_settings: Callable[[Any], dict[str, Any]] | None = None
     dev_setup: Callable[[Any, Any, Any], Awaitable[Any]] | None = None
 
