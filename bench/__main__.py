@@ -10,8 +10,12 @@ With no arguments: a throwaway PostgreSQL (or DATABASE_URL's server), then
   1c. two claims at once: the second must not come back empty (a regression check);
   2.  fair-claim latency with 10k / 1M / 10M done jobs of the last day, and the seed's
       naive fairness CTE at 10k and 1M for comparison (bench/claim_latency.py);
-  3.  fair-claim latency as the number of campaigns with work grows (a known limit);
-then a table on stdout and everything in bench/results/latest.json.
+  3.  fair-claim latency as lanes grow: 1,000 campaigns, then 100,000 of which 1,000 and
+      20,000 have work; target: p95 at the last <= 1.5 x p95 at the first;
+  3b. a drain of 20,000 jobs one per lane over 20,000 lanes (of 100,000 campaigns) against
+      the same drain in one lane; target: at least half its throughput;
+then a table on stdout and everything in bench/results/latest.json. `--only lanes` runs
+3 and 3b, `--only lanes-drain` 3b alone.
 --peers adds pgqueuer 1.6.0 and the bare SKIP LOCKED loop on the same server
 (bench/peers.py; needs pip access once). Each part has a time cap; the whole run takes
 about four minutes here, four and a half with --peers."""
@@ -22,6 +26,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 import time
 import traceback
@@ -35,11 +40,13 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_DRAIN = 10_000       # jobs/s, fairness on
 TARGET_P95_1M = 5.0         # ms, fair claim of 25 with 1M done rows
 TARGET_RATIO_10M = 1.5      # p95 at 10M / p95 at 10k
+LANES_DRAIN_CAMPAIGNS = 100_000
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", choices=["drain", "claim", "lanes", "peers"], help="run one part only")
+    p.add_argument("--only", choices=["drain", "claim", "lanes", "lanes-drain", "peers"],
+                   help="run one part only")
     p.add_argument("--n", type=int, default=20_000, help="jobs per drain (default 20000)")
     p.add_argument("--workers", type=int, default=10, help="overlapping pipeline runs (default 10)")
     p.add_argument("--batches", type=int, nargs="+", default=[25, 50, 100], help="stage batch sizes")
@@ -56,7 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=200, help="timed claims per size")
     p.add_argument("--claim-cap", type=float, default=420, help="seconds for the whole latency part")
     p.add_argument("--peers", action="store_true", help="also run pgqueuer 1.6.0 (pip-installs into /tmp)")
-    p.add_argument("--peers-dir", type=Path, default=Path("/work/shared/bench-peers"))
+    p.add_argument("--peers-dir", type=Path, default=Path(os.environ.get("BENCH_PEERS_DIR", "bench-peers")),
+                   help="the folder holding the peer scripts, kept outside this repository "
+                        "(default: $BENCH_PEERS_DIR, else ./bench-peers)")
     p.add_argument("--out", type=Path, default=RESULTS / "latest.json")
     return p
 
@@ -107,10 +116,16 @@ async def main(args) -> dict:
                 naive_sizes=args.naive_sizes, naive_samples=args.samples, naive_cap=45,
                 cap=args.claim_cap, log=_log), server.meter)
         if args.only in (None, "lanes"):
-            _log("\n[3] fair claim of 25 as campaigns grow (20,000 pending, no history)")
+            _log("\n[3] fair claim of 25 as lanes grow (20,000 pending, no history)")
             out["lanes"] = await _guard(claim_latency.run_lanes(
                 server, shapes=claim_latency.LANE_SHAPES, pending=20_000, warmup=20,
-                samples=min(args.samples, 100), cap=90, log=_log), server.meter)
+                samples=min(args.samples, 100), cap=240, log=_log), server.meter)
+        if args.only in (None, "lanes", "lanes-drain"):
+            _log(f"\n[3b] drain of {args.n:,} jobs: one per lane over {args.n:,} lanes "
+                 f"({LANES_DRAIN_CAMPAIGNS:,} campaigns) against all in one lane, batch 25")
+            out["lanes_drain"] = await _guard(drain.run_lanes(
+                server, n=args.n, workers=args.workers, batch=25, campaigns=LANES_DRAIN_CAMPAIGNS,
+                repeats=args.repeats, cap=args.drain_cap, log=_log), server.meter)
         if args.peers or args.only == "peers":
             _log("\n[4] peers on the same server: pgqueuer 1.6.0, the bare SKIP LOCKED loop")
             out["peers"] = await _guard(peers.run(
@@ -179,6 +194,19 @@ def _targets(out: dict) -> dict:
         ratio = c["10000000"]["p95_ms"] / c["10000"]["p95_ms"]
         t["claim_p95_10M_over_10k"] = {"target": f"<= {TARGET_RATIO_10M}", "value": round(ratio, 2),
                                        "met": ratio <= TARGET_RATIO_10M}
+    ln = out.get("lanes", {})
+    if "ratio" in ln:
+        first, last = ln["results"][0], ln["results"][-1]
+        t["lanes_claim_p95_ratio"] = {
+            "target": f"<= {ln['target_ratio']} (p95 at {last['campaigns']:,} campaigns / "
+                      f"{last['lanes_with_work']:,} with work over p95 at {first['campaigns']:,})",
+            "value": ln["ratio"], "met": ln["ratio"] <= ln["target_ratio"]}
+    ld = out.get("lanes_drain", {})
+    if "ratio" in ld:
+        ok = all(r["all_ok"] for r in ld["results"].values())
+        t["lanes_drain_spread_over_one"] = {
+            "target": f">= {ld['target_ratio']} (drain one job per lane over {ld['n']:,} lanes / all in one lane)",
+            "value": ld["ratio"], "met": ld["ratio"] >= ld["target_ratio"] and ok}
     st = out.get("statements", {}).get("results", {}).get("mixed")
     drains = [x for r in d.values() for x in r["runs"]]
     if st and drains:
@@ -249,10 +277,22 @@ def _table(out: dict) -> str:
         lines.append(f"\nClaim latency: {c['error']}")
     ln = out.get("lanes", {})
     if ln.get("results"):
-        lines += ["", "Fair claim of 25 (ms) as campaigns grow, 20,000 pending, no history",
+        lines += ["", "Fair claim of 25 (ms) as lanes grow, 20,000 pending, no history",
                   f"  {'campaigns':>10s}  {'with work':>10s}  {'p50':>6s}  {'p95':>6s}"]
         for r in ln["results"]:
             lines.append(f"  {r['campaigns']:10,d}  {r['lanes_with_work']:10,d}  {r['p50_ms']:6.2f}  {r['p95_ms']:6.2f}")
+    elif "error" in ln:
+        lines.append(f"\nLanes: {ln['error']}")
+    ld = out.get("lanes_drain", {})
+    if ld.get("results"):
+        lines += ["", f"Drain of {ld['n']:,} jobs, {ld['workers']} overlapping Pipeline.run, batch {ld['batch']}, "
+                      f"{ld['campaigns']:,} campaigns, median of {ld['repeats']} (jobs/s)"]
+        for shape, r in ld["results"].items():
+            lines.append(f"  {shape:9s} {r['lanes']:>7,} lanes  {r['jobs_s_median']:8,.0f}  "
+                         f"{' '.join(f'{x:,}' for x in r['jobs_s_all']):24s} "
+                         f"{'ok' if r['all_ok'] else 'FAILED'}")
+    elif "error" in ld:
+        lines.append(f"\nLanes drain: {ld['error']}")
     p = out.get("peers")
     if p:
         lines += ["", "Peer on the same server:"]
@@ -300,7 +340,7 @@ def cli() -> int:
     args.out.write_text(json.dumps(out, indent=1, default=str) + "\n")
     print(_table(out))
     print(f"\n{out['seconds']:.0f} s in all; results in {args.out}")
-    failed = any("error" in (out.get(k) or {}) for k in ("drain", "claim", "lanes"))
+    failed = any("error" in (out.get(k) or {}) for k in ("drain", "claim", "lanes", "lanes_drain"))
     return 1 if failed else 0
 
 

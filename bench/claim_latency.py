@@ -42,7 +42,6 @@ from app.engine import jobs as q
 from app.engine.db import connect
 from app.engine.jobs import Lease
 from app.engine.queries import query
-from app.outreach.plans import priority_sql
 
 from bench import fixtures
 from bench.server import connect_like_pool
@@ -91,7 +90,8 @@ ON CONFLICT (type, lane) DO UPDATE SET served = excluded.served
 """
 
 # The seed's fairness, adapted to this schema: "served" counted from the day's rows on
-# every claim (in-flight counts), then plan priority, fewest served, oldest first.
+# every claim (in-flight counts), then plan priority (joined on every claim, ownerless
+# work as 'standard', no subscription as 'free'), fewest served, oldest first.
 NAIVE_CLAIM = """
 WITH served AS (
     SELECT lane, count(*) AS n
@@ -104,10 +104,12 @@ WITH served AS (
     FROM jobs j
     LEFT JOIN campaigns ON campaigns.id = j.campaign_id
     LEFT JOIN subscriptions ON subscriptions.user_id = campaigns.user_id
+    LEFT JOIN plan_priorities plan ON plan.plan = CASE WHEN campaigns.user_id IS NULL THEN 'standard'
+                                                       ELSE coalesce(subscriptions.plan, 'free') END
     LEFT JOIN served ON served.lane = j.lane
     WHERE j.status = 'pending' AND j.type = $1 AND j.run_after <= now()
       AND (j.campaign_id IS NULL OR campaigns.status = 'active')
-    ORDER BY {priority} DESC, coalesce(served.n, 0), j.created_at
+    ORDER BY plan.priority DESC, coalesce(served.n, 0), j.created_at
     LIMIT $2
     FOR UPDATE OF j SKIP LOCKED
 )
@@ -115,10 +117,6 @@ UPDATE jobs SET status = 'running', locked_at = now(), attempts = jobs.attempts 
 FROM c WHERE jobs.id = c.id
 RETURNING jobs.id
 """
-
-
-def naive_claim_sql() -> str:
-    return NAIVE_CLAIM.replace("{priority}", priority_sql())
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -258,7 +256,7 @@ class _Target:
         self.conn = await connect_like_pool(self.dsn)
         self.naive_conn = await connect(self.dsn)
         self.run_id = await self.conn.fetchval(query("run_start"), "bench")
-        self.naive_stmt = await self.naive_conn.prepare(naive_claim_sql())
+        self.naive_stmt = await self.naive_conn.prepare(NAIVE_CLAIM)
 
     async def fair_call(self) -> int:
         return len(await q.claim(self.conn, LEASE, self.run_id, 25))
@@ -329,7 +327,7 @@ async def run(server, *, sizes: list[int], pending: int, warmup: int, samples: i
                 t.conn, query("claim"), args, mode="force_custom_plan")
             if t.size in naive_sizes:
                 out["plans"][f"naive done={t.size}"] = await _explain(
-                    t.naive_conn, naive_claim_sql(), (TYPE, 25, t.run_id), mode="auto")
+                    t.naive_conn, NAIVE_CLAIM, (TYPE, 25, t.run_id), mode="auto")
     finally:
         for t in targets:
             for c in (getattr(t, "conn", None), getattr(t, "naive_conn", None)):
@@ -341,10 +339,13 @@ async def run(server, *, sizes: list[int], pending: int, warmup: int, samples: i
     return out
 
 
-# How the claim grows with the number of campaigns rather than with the done history:
+# How the claim grows with the number of lanes rather than with the done history:
 # (campaigns in the database, lanes with pending work). Each row: 20,000 pending jobs
-# dealt over the first `lanes` campaigns, no history, VACUUM ANALYZE, then samples.
+# dealt over the first `lanes` campaigns, no history, VACUUM ANALYZE, then samples. Shapes
+# with the same number of campaigns share one database (the queue tables emptied between
+# them). The target: p95 at the last shape <= TARGET_LANES_RATIO x p95 at the first.
 LANE_SHAPES = [(1_000, 1_000), (100_000, 1_000), (100_000, 20_000)]
+TARGET_LANES_RATIO = 1.5
 
 LOAD_PENDING_OVER = """
 INSERT INTO jobs (type, campaign_id, run_after, created_at)
@@ -358,36 +359,52 @@ async def run_lanes(server, *, shapes: list[tuple[int, int]], pending: int, warm
                     samples: int, cap: float, log=print) -> dict:
     name = "skiplock_bench_lanes"
     started = time.monotonic()
-    out: dict = {"pending": pending, "results": [], "plans": {}, "plans_custom": {}}
+    out: dict = {"pending": pending, "results": [], "plans": {}, "plans_custom": {},
+                 "target_ratio": TARGET_LANES_RATIO}
+    conn = None
+    made_for = None
     try:
         for total, lanes in shapes:
             if time.monotonic() - started > cap:
                 log(f"  lanes: time cap ({cap:.0f} s) reached, skipping campaigns={total:,} lanes={lanes:,}")
                 continue
-            dsn = await server.fresh_database(name)
-            conn = await connect_like_pool(dsn)
-            try:
+            if made_for != total:
+                if conn is not None:
+                    await conn.close()
+                dsn = await server.fresh_database(name)
+                conn = await connect_like_pool(dsn)
+                t = time.perf_counter()
                 ids = await fixtures.campaigns(conn, total)
-                await conn.execute(LOAD_PENDING_OVER, TYPE, pending, min(lanes, total), ids)
-                await conn.execute("VACUUM ANALYZE")
-                run_id = await conn.fetchval(query("run_start"), "bench")
+                log(f"    {total:,} campaigns (users, plans, lanes) made in {time.perf_counter() - t:.1f} s")
+                made_for = total
+            else:
+                await conn.execute("TRUNCATE jobs, job_lanes, job_lane_hours")
+            await conn.execute(LOAD_PENDING_OVER, TYPE, pending, min(lanes, total), ids)
+            await conn.execute("VACUUM ANALYZE")
+            run_id = await conn.fetchval(query("run_start"), "bench")
 
-                async def call():
-                    return len(await q.claim(conn, LEASE, run_id, 25))
+            async def call():
+                return len(await q.claim(conn, LEASE, run_id, 25))
 
-                r = await _sample(conn, call, warmup, samples, 30, 25)
-                r.update({"campaigns": total, "lanes_with_work": await conn.fetchval(
-                    "SELECT count(*) FROM job_lanes WHERE type = $1 AND pending > 0", TYPE)})
-                out["results"].append(r)
-                log(f"    campaigns={total:>8,} lanes with work={r['lanes_with_work']:>8,}: fair claim p50 "
-                    f"{r['p50_ms']:6.2f} ms  p95 {r['p95_ms']:6.2f} ms")
-                args = (TYPE, 25, run_id, LEASE.lease_seconds, LEASE.max_attempts)
-                out["plans"][f"campaigns={total} lanes={lanes}"] = await _explain(conn, query("claim"), args)
-                out["plans_custom"][f"campaigns={total} lanes={lanes}"] = await _explain(
-                    conn, query("claim"), args, mode="force_custom_plan")
-            finally:
-                await conn.close()
+            r = await _sample(conn, call, warmup, samples, 30, 25)
+            r.update({"campaigns": total, "lanes_with_work": await conn.fetchval(
+                "SELECT count(*) FROM job_lanes WHERE type = $1 AND pending > 0", TYPE)})
+            out["results"].append(r)
+            log(f"    campaigns={total:>8,} lanes with work={r['lanes_with_work']:>8,}: fair claim p50 "
+                f"{r['p50_ms']:6.2f} ms  p95 {r['p95_ms']:6.2f} ms")
+            args = (TYPE, 25, run_id, LEASE.lease_seconds, LEASE.max_attempts)
+            out["plans"][f"campaigns={total} lanes={lanes}"] = await _explain(conn, query("claim"), args)
+            out["plans_custom"][f"campaigns={total} lanes={lanes}"] = await _explain(
+                conn, query("claim"), args, mode="force_custom_plan")
     finally:
+        if conn is not None:
+            await conn.close()
         await server.drop_database(name)
+    res = out["results"]
+    if len(res) == len(shapes) and len(res) > 1:
+        out["ratio"] = round(res[-1]["p95_ms"] / res[0]["p95_ms"], 2)
+        log(f"    p95 at {res[-1]['campaigns']:,} campaigns / {res[-1]['lanes_with_work']:,} with work over "
+            f"p95 at {res[0]['campaigns']:,} / {res[0]['lanes_with_work']:,}: {out['ratio']:.2f} "
+            f"(target <= {TARGET_LANES_RATIO}: {'met' if out['ratio'] <= TARGET_LANES_RATIO else 'NOT met'})")
     out["seconds"] = round(time.monotonic() - started, 1)
     return out

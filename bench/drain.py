@@ -343,3 +343,56 @@ async def overlap_check(server, log=print) -> dict:
     log(f"  claim A took {len(got_a)} pro jobs (uncommitted); claim B then got {len(got_b)} "
         f"with {ready:,} jobs ready in other lanes: {'ok' if out['ok'] else 'B was starved'}")
     return out
+
+
+# The lanes drain: the same n no-op jobs through the same loop, once all in one campaign's
+# lane and once one per lane over n lanes, in a database holding `campaigns` campaigns.
+# A claim reads the best few lanes off an index, so the spread drain should keep at least
+# TARGET_SPREAD_RATIO of the one-lane drain's throughput (it still probes, locks and
+# counts 25 lanes per claim where the other does one).
+TARGET_SPREAD_RATIO = 0.5
+
+
+async def run_lanes(server, *, n: int, workers: int, batch: int, campaigns: int, repeats: int,
+                    cap: float, log=print) -> dict:
+    name = "skiplock_bench_drain_lanes"
+    dsn = await server.fresh_database(name)
+    pool = await create_pool(dsn, size=workers)
+    settings = load_settings(database_url=dsn, pipeline_budget_seconds=cap,
+                             platform_limit_seconds=cap + 60, finish_margin_seconds=10)
+    out: dict = {"n": n, "workers": workers, "batch": batch, "campaigns": campaigns,
+                 "repeats": repeats, "target_ratio": TARGET_SPREAD_RATIO, "results": {}}
+    started = time.monotonic()
+    try:
+        async with pool.acquire() as conn:
+            t = time.perf_counter()
+            ids = await fixtures.campaigns(conn, campaigns)
+            log(f"    {campaigns:,} campaigns (users, plans, lanes) made in {time.perf_counter() - t:.1f} s")
+        shapes = {"one lane": ids[:1], "spread": ids[:n]}
+        runs: dict[str, list[dict]] = {s: [] for s in shapes}
+        for i in range(repeats):
+            for shape in (list(shapes) if i % 2 == 0 else list(reversed(shapes))):
+                left = cap - (time.monotonic() - started)
+                if left <= 5:
+                    log(f"  lanes drain: time cap ({cap:.0f} s) reached, skipping {shape} run {i + 1}")
+                    continue
+                r = await _one(pool, settings, shapes[shape], n, workers, batch, left, "loop", server.meter)
+                runs[shape].append(r)
+                log(f"  drain {shape:8s} ({len(shapes[shape]):>6,} lanes) run {i + 1}: {r['jobs_s']:7,.0f} jobs/s"
+                    f"  {r['jobs_per_claim']:5.1f} jobs/claim" + ("" if r["ok"] else "  CHECKS FAILED"))
+        for shape, rs in runs.items():
+            if rs:
+                out["results"][shape] = {
+                    "lanes": len(shapes[shape]), "jobs_s_median": statistics.median(r["jobs_s"] for r in rs),
+                    "jobs_s_all": [round(r["jobs_s"]) for r in rs], "all_ok": all(r["ok"] for r in rs),
+                    "cpu_us_per_job_median": _cpu_median(rs), "runs": rs}
+    finally:
+        await pool.close()
+        await server.drop_database(name)
+    res = out["results"]
+    if "one lane" in res and "spread" in res:
+        out["ratio"] = round(res["spread"]["jobs_s_median"] / res["one lane"]["jobs_s_median"], 2)
+        log(f"    spread over one lane: {out['ratio']:.2f} (target >= {TARGET_SPREAD_RATIO}: "
+            f"{'met' if out['ratio'] >= TARGET_SPREAD_RATIO else 'NOT met'})")
+    out["seconds"] = round(time.monotonic() - started, 1)
+    return out

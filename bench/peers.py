@@ -1,6 +1,7 @@
 """Optional: the peer pgqueuer benchmark on the same server in the same sitting.
 
-Runs /work/shared/bench-peers/bench_pgqueuer.py (or --peers-dir) with pgqueuer 1.6.0
+Runs bench_pgqueuer.py from --peers-dir (the peer scripts are not part of this
+repository; skipped when they are not there) with pgqueuer 1.6.0
 installed into a throwaway venv under /tmp (never into the project's), against the
 server the rest of the benchmark used: its scripts connect as `postgres` on
 127.0.0.1:$PGPORT. Variants: `unlimited` (library defaults, no concurrency cap: the

@@ -57,3 +57,67 @@ async def test_claim_plan_stays_off_the_done_rows(pool):
     rows_read = sum(n["Actual Rows"] * n["Actual Loops"] for n in on_jobs)
     assert rows_read < 500, f"the claim read {rows_read} job rows"
     assert plan["Actual Rows"] == 25
+
+
+LANES_WITH_WORK = 5_000
+DEFERRED_LANES = 2_000
+
+
+async def load_lanes(pool):
+    """5,000 campaigns with two ready jobs each, plans mixed; ahead of them in the claim
+    order, 2,000 pro campaigns whose (older) jobs are all deferred for an hour."""
+    await pool.execute(f"""
+        SELECT set_config('app.current_actor_kind', 'system', true);
+        INSERT INTO users (email)
+            SELECT 'lane' || g || '@example.com' FROM generate_series(1, {LANES_WITH_WORK + DEFERRED_LANES}) g;
+        INSERT INTO subscriptions (user_id, plan)
+            SELECT id, CASE WHEN n <= {DEFERRED_LANES} THEN 'pro'
+                            ELSE (ARRAY['free', 'standard', 'pro'])[1 + n % 3] END
+            FROM (SELECT id, row_number() OVER (ORDER BY email) AS n FROM users) u;
+        INSERT INTO campaigns (user_id, name) SELECT id, email FROM users;
+        INSERT INTO jobs (type, campaign_id, created_at, run_after)
+            SELECT 't', c.id, now() - interval '1 day' - g * interval '1 ms', now() + interval '1 hour'
+            FROM campaigns c JOIN subscriptions s ON s.user_id = c.user_id, generate_series(1, 2) g
+            WHERE c.name IN (SELECT 'lane' || g || '@example.com' FROM generate_series(1, {DEFERRED_LANES}) g);
+        INSERT INTO jobs (type, campaign_id, created_at)
+            SELECT 't', c.id, now() - g * interval '1 ms' FROM campaigns c, generate_series(1, 2) g
+            WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.campaign_id = c.id);
+        ANALYZE;
+    """)
+
+
+async def explain_claim(pool, run_id, mode: str) -> dict:
+    """EXPLAIN ANALYZE of the claim of 25 as a prepared statement under plan_cache_mode
+    `mode` (the pool forces the generic plan), rolled back."""
+    async with pool.acquire() as conn:
+        tr = conn.transaction()
+        await tr.start()
+        try:
+            await conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
+            await conn.execute("PREPARE claim_plan AS " + query("claim"))
+            raw = await conn.fetchval(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_plan('t', 25, '{run_id}', 900.0, 3)")
+        finally:
+            await tr.rollback()
+            await conn.execute("DEALLOCATE claim_plan")
+    return (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+
+
+async def test_claim_reads_a_few_lane_rows_however_many_lanes_have_work(pool):
+    await load_lanes(pool)
+    assert await pool.fetchval("SELECT count(*) FROM job_lanes WHERE pending > 0") == \
+        LANES_WITH_WORK + DEFERRED_LANES
+    run_id = await f.run(pool)
+    for mode in ("force_generic_plan", "force_custom_plan"):
+        plan = await explain_claim(pool, run_id, mode)
+        nodes = list(walk(plan))
+        on = {rel: [n for n in nodes if n.get("Relation Name") == rel] for rel in ("jobs", "job_lanes")}
+        assert [n for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") in on] == []
+        assert any(n.get("Index Name") == "job_lanes_claim_idx" for n in on["job_lanes"]), mode
+        lane_rows = sum(n["Actual Rows"] * n["Actual Loops"] for n in on["job_lanes"])
+        assert lane_rows < 100, f"{mode}: the claim read {lane_rows} of {LANES_WITH_WORK:,} lane rows"
+        # one probe of jobs per lane taken and one per lane's quota: none for the 2,000
+        # lanes ahead whose work is deferred (passed over on the index entry)
+        probes = sum(n["Actual Loops"] for n in on["jobs"] if n.get("Index Name") == "jobs_claim_idx")
+        assert probes <= 50, f"{mode}: {probes} probes of jobs"
+        assert plan["Actual Rows"] == 25

@@ -8,6 +8,7 @@ from collections import Counter
 
 from app.engine import jobs as q
 from app.engine.jobs import NewJob
+from app.outreach.plans import OWNERLESS_PLAN, PLANS
 from tests import factories as f
 
 
@@ -185,3 +186,216 @@ async def test_a_claim_never_comes_back_empty_while_another_lane_has_ready_work(
             assert len(got) == 25 and {j.campaign_id for j in got} == {other}
         finally:
             await tr.rollback()
+
+
+# -- lanes: the claim reads jobs and lane rows only ---------------------------------------
+
+ZERO = uuid.UUID(int=0)
+
+
+async def insert_jobs(db, campaign_id, n: int, minutes_old: float, run_after_minutes: float = 0) -> None:
+    """n jobs of type t in the lane, a plain INSERT as any client would write it, created
+    `minutes_old` ago (1 ms apart); due `run_after_minutes` from now (default: due now)."""
+    await db.execute(
+        "INSERT INTO jobs (type, campaign_id, created_at, run_after) "
+        "SELECT 't', $1, now() - make_interval(mins => $3) + g * interval '1 ms', "
+        "       now() + make_interval(mins => $4) "
+        "FROM generate_series(1, $2) g", campaign_id, n, float(minutes_old), float(run_after_minutes))
+
+
+async def test_tied_lanes_go_oldest_ready_job_first(pool):
+    # Five campaigns of one plan, none served yet, made in an order that is not their
+    # work's age. Before lanes carried their oldest job, a claim of one took whichever
+    # tied lane came first (the 10-minute one over the 3-hour one).
+    owner = await f.user(pool, "standard")
+    age_of = {}
+    for minutes in (10, 180, 60, 30, 120):
+        c = await f.campaign(pool, owner)
+        await insert_jobs(pool, c, 3, minutes)
+        age_of[c] = minutes
+    deferred = await f.campaign(pool, owner)  # the oldest jobs of all, but not due for an hour
+    await insert_jobs(pool, deferred, 3, 600, run_after_minutes=60)
+    age_of[deferred] = "deferred"
+    run_id = await f.run(pool)
+    async with pool.acquire() as conn:
+        tr = conn.transaction()
+        await tr.start()
+        try:  # a claim of three takes the three oldest lanes' heads
+            three = await q.claim(conn, f.lease(), run_id, 3)
+            assert sorted(age_of[j.campaign_id] for j in three) == [60, 120, 180]
+        finally:
+            await tr.rollback()
+    order = []
+    for _ in range(6):
+        got = await q.claim(pool, f.lease(), run_id, 1)
+        order.extend(age_of[j.campaign_id] for j in got)
+    # each lane served once in turn, oldest work first; the deferred lane waits
+    assert order == [180, 120, 60, 30, 10, 180]
+
+
+async def test_a_plain_insert_lands_in_its_campaigns_lane_at_its_plan_priority(pool):
+    pro, free = await f.user(pool, "pro"), await f.user(pool, "free")
+    c_pro, c_free = await f.campaign(pool, pro), await f.campaign(pool, free)
+    # what any client may write, oldest first: free's job, the ownerless one, pro's
+    await pool.execute("INSERT INTO jobs (type, campaign_id, created_at) VALUES "
+                       "('t', $1, now() - interval '3 minutes'), ('t', NULL, now() - interval '2 minutes'), "
+                       "('t', $2, now() - interval '1 minute')", c_free, c_pro)
+    lanes = {r["lane"]: (r["priority"], r["pending"])
+             for r in await pool.fetch("SELECT lane, priority, pending FROM job_lanes WHERE type = 't'")}
+    assert lanes == {c_pro: (PLANS["pro"].priority, 1), c_free: (PLANS["free"].priority, 1),
+                     ZERO: (PLANS[OWNERLESS_PLAN].priority, 1)}
+    got = [(await q.claim(pool, f.lease(), await f.run(pool), 1))[0].campaign_id for _ in range(3)]
+    assert got == [c_pro, None, c_free]
+
+
+async def test_a_plan_changed_in_plain_sql_reorders_the_claim(pool):
+    a_owner, b_owner = await f.user(pool, "free"), await f.user(pool, "standard")
+    a, b = await f.campaign(pool, a_owner), await f.campaign(pool, b_owner)
+    await insert_jobs(pool, a, 5, 60)
+    await insert_jobs(pool, b, 5, 60)
+    run_id = await f.run(pool)
+
+    async def next_lane():
+        [job] = await q.claim(pool, f.lease(), run_id, 1)
+        return job.campaign_id
+
+    assert await next_lane() == b  # standard before free
+    await f.as_system(pool, "UPDATE subscriptions SET plan = 'pro' WHERE user_id = $1", a_owner)
+    assert await next_lane() == a
+    await f.as_system(pool, "DELETE FROM subscriptions WHERE user_id = $1", a_owner)  # back to free
+    assert await next_lane() == b
+    await f.as_system(pool, "INSERT INTO subscriptions (user_id, plan) VALUES ($1, 'pro')", a_owner)
+    assert await next_lane() == a
+    new_owner = await f.user(pool, "free")
+    await f.as_system(pool, "UPDATE campaigns SET user_id = $1 WHERE id = $2", new_owner, a)  # a changes hands
+    assert await next_lane() == b
+
+
+async def test_pausing_a_campaign_in_plain_sql_stops_its_lane_stale_leases_included(pool):
+    pro, free = await f.user(pool, "pro"), await f.user(pool, "free")
+    busy, other = await f.campaign(pool, pro), await f.campaign(pool, free)
+    await insert_jobs(pool, busy, 3, 60)
+    await insert_jobs(pool, other, 3, 60)
+    lease = f.lease(seconds=60)
+    [held] = await q.claim(pool, lease, await f.run(pool), 1)
+    assert held.campaign_id == busy
+    await f.age_lock(pool, held.id, 61)  # its worker died
+    await f.as_system(pool, "UPDATE campaigns SET status = 'paused' WHERE id = $1", busy)
+    got = await q.claim(pool, lease, await f.run(pool), 10)
+    assert {j.campaign_id for j in got} == {other} and len(got) == 3
+    await f.as_system(pool, "UPDATE campaigns SET status = 'active' WHERE id = $1", busy)
+    got = await q.claim(pool, lease, await f.run(pool), 10)
+    assert {j.campaign_id for j in got} == {busy} and held.id in {j.id for j in got} and len(got) == 3
+
+
+async def test_stale_reclaims_follow_the_lane_order(pool):
+    free, standard, pro = [await f.user(pool, p) for p in ("free", "standard", "pro")]
+    c_free, c_std, c_pro = [await f.campaign(pool, u) for u in (free, standard, pro)]
+    await insert_jobs(pool, c_free, 1, 60)
+    await insert_jobs(pool, c_pro, 1, 60)
+    lease = f.lease(seconds=60)
+    dead = await q.claim(pool, lease, await f.run(pool), 2)  # both held by a run that died
+    for job in dead:
+        await f.age_lock(pool, job.id, 3600 if job.campaign_id == c_free else 120)
+    await insert_jobs(pool, c_std, 1, 1)
+    run_id = await f.run(pool)
+    order = [(await q.claim(pool, lease, run_id, 1))[0] for _ in range(3)]
+    # pro's stale job, standard's fresh one, then free's, whose lease expired first
+    assert [j.campaign_id for j in order] == [c_pro, c_std, c_free]
+    assert [j.attempts for j in order] == [2, 1, 2]
+
+
+async def test_two_claims_at_once_over_many_tied_lanes_share_nothing_and_neither_is_empty(pool):
+    owner = await f.user(pool, "standard")
+    lanes = [await f.campaign(pool, owner) for _ in range(60)]
+    for c in lanes:
+        await insert_jobs(pool, c, 1, 60)
+    async with pool.acquire() as a, pool.acquire() as b:
+        ta, tb = a.transaction(), b.transaction()
+        await ta.start()
+        await tb.start()
+        try:
+            first = await q.claim(a, f.lease(), await f.run(pool), 25)  # holds 25 lanes' only jobs
+            second = await q.claim(b, f.lease(), await f.run(pool), 25)
+            assert len(first) == 25 and len(second) == 25
+            assert not {j.id for j in first} & {j.id for j in second}
+        finally:
+            await ta.rollback()
+            await tb.rollback()
+
+
+async def test_a_lane_whose_work_is_all_deferred_does_not_hold_up_the_claim(pool):
+    pro, free = await f.user(pool, "pro"), await f.user(pool, "free")
+    waiting = [await f.campaign(pool, pro) for _ in range(30)]
+    for c in waiting:
+        await insert_jobs(pool, c, 2, 600, run_after_minutes=60)
+    ready = await f.campaign(pool, free)
+    await insert_jobs(pool, ready, 5, 1)
+    got = await q.claim(pool, f.lease(), await f.run(pool), 5)
+    assert len(got) == 5 and {j.campaign_id for j in got} == {ready}
+    # their jobs come due: the lanes are ready again, in order, with nothing else changed
+    await pool.execute("UPDATE jobs SET run_after = now() - interval '1 second' WHERE campaign_id = ANY ($1)",
+                       waiting)
+    got = await q.claim(pool, f.lease(), await f.run(pool), 30)
+    assert {j.campaign_id for j in got} == set(waiting)
+
+
+async def lane_heads(db, type_: str) -> dict:
+    rows = await db.fetch("SELECT lane, pending, head_at, ready_at FROM job_lanes WHERE type = $1", type_)
+    return {r["lane"]: (r["pending"], r["head_at"], r["ready_at"]) for r in rows}
+
+
+async def true_heads(db, type_: str) -> dict:
+    rows = await db.fetch("SELECT lane, count(*)::int AS n, min(created_at) AS head, min(run_after) AS ready "
+                          "FROM jobs WHERE type = $1 AND status = 'pending' GROUP BY lane", type_)
+    return {r["lane"]: (r["n"], r["head"], r["ready"]) for r in rows}
+
+
+async def test_a_lanes_head_and_readiness_follow_every_transition(pool):
+    owner = await f.user(pool)
+    a, b = await f.campaign(pool, owner), await f.campaign(pool, owner)
+    await insert_jobs(pool, a, 6, 60)
+    await insert_jobs(pool, b, 3, 30)
+    # the ownerless lane: due times out of step with age (the oldest job came due last)
+    await pool.execute("INSERT INTO jobs (type, created_at, run_after) "
+                       "SELECT 't', now() - g * interval '1 hour', now() - interval '10 minutes' + g * interval '1 minute' "
+                       "FROM generate_series(1, 4) g")
+    run_id = await f.run(pool)
+    checks = 0
+
+    async def check():
+        """head_at is the oldest pending job; ready_at says whether one is due: it is the
+        earliest due time while that is in the future, else a due time already past."""
+        nonlocal checks
+        kept, truth = await lane_heads(pool, "t"), await true_heads(pool, "t")
+        now = await pool.fetchval("SELECT now()")
+        assert {lane for lane, v in kept.items() if v[0]} == set(truth)
+        for lane, (n, head, earliest) in truth.items():
+            pending, head_at, ready_at = kept[lane]
+            assert (pending, head_at) == (n, head)
+            assert ready_at == earliest if earliest > now else earliest <= ready_at <= now
+        assert all(v == (0, None, None) for v in kept.values() if not v[0])
+        checks += 1
+
+    await check()
+    got = await q.claim(pool, f.lease(), run_id, 4)
+    await check()
+    await q.defer(pool, run_id, {got[0].id: await pool.fetchval("SELECT now() + interval '1 hour'")})
+    await check()
+    await q.fail(pool, run_id, got[1].id, "boom", 3)  # back with a backoff
+    await check()
+    await q.complete(pool, run_id, [got[2].id])
+    await check()
+    await pool.execute("UPDATE jobs SET run_after = now() + interval '1 day' "
+                       "WHERE status = 'pending' AND campaign_id = $1", b)  # all of b deferred
+    await check()
+    assert (await lane_heads(pool, "t"))[b][2] > await pool.fetchval("SELECT now()")
+    await pool.execute("UPDATE jobs SET created_at = created_at - interval '1 day' WHERE id = "
+                       "(SELECT id FROM jobs WHERE status = 'pending' AND campaign_id = $1 "
+                       " ORDER BY created_at DESC LIMIT 1)", a)
+    await check()
+    await pool.execute("DELETE FROM jobs WHERE status = 'pending' AND campaign_id IS NULL")
+    await check()
+    while await q.claim(pool, f.lease(), run_id, 3):
+        await check()
+    assert checks >= 10

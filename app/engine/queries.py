@@ -10,12 +10,7 @@ SQL_DIR = Path(__file__).resolve().parent.parent.parent / "sql"
 
 @lru_cache
 def query(name: str) -> str:
-    path = SQL_DIR / "queries" / f"{name}.sql"
-    text = path.read_text()
-    if "{priority}" in text:
-        from app.outreach.plans import priority_sql  # transitional: goes with generic lanes
-        text = text.replace("{priority}", priority_sql())
-    return text
+    return (SQL_DIR / "queries" / f"{name}.sql").read_text()
 
 
 def migrations() -> list[tuple[str, str]]:

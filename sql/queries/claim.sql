@@ -1,63 +1,67 @@
 -- Claim up to $2 jobs of type $1 for run $3, fairly. One statement, one transaction.
 -- $4: the stage's lease in seconds, $5: its max attempts.
 --
--- Order (DESIGN.md invariant 4): plan priority, then the lane (campaign) served least
--- in the last day, then oldest. "Served" comes from the job_lanes counters, so the
--- claim reads one small row per lane with work and never the done history.
--- Within one claim a lane's k-th job counts as served + k: claiming 25 at once
--- interleaves campaigns exactly as 25 claims of one would.
--- {priority} is the CASE expression generated from PLANS (app/outreach/plans.py).
+-- Reads jobs and the lane rows only. Order: the lane's priority (highest first), then
+-- the lane served least in the last day, then the oldest ready job. Within one claim a
+-- lane's k-th job counts as served + k: claiming 25 at once interleaves lanes exactly
+-- as 25 claims of one would. The lanes come off job_lanes_claim_idx in that order, so a
+-- claim of n reads about n lane rows however many lanes exist or have work.
 WITH stale AS (
-    -- jobs whose holder died: lease expired, attempts left
-    SELECT j.id
+    -- jobs whose holder died: lease expired, attempts left, lane not paused. They
+    -- compete for the slots below like the ready jobs of their lane (their first attempt
+    -- still counts in `served`). Few: only what dead workers left behind.
+    SELECT j.id, j.lane, j.created_at, coalesce(r.priority, 0) AS priority,
+           coalesce(l.served, 0) AS served
     FROM jobs j
-    LEFT JOIN campaigns ON campaigns.id = j.campaign_id
+    LEFT JOIN lanes r ON r.id = j.lane
+    LEFT JOIN job_lanes l ON l.lane = j.lane AND l.type = j.type
     WHERE j.type = $1 AND j.status = 'running'
       AND j.locked_at < now() - make_interval(secs => $4)
       AND j.attempts < $5
-      AND (j.campaign_id IS NULL OR campaigns.status = 'active')
-    ORDER BY j.locked_at
+      AND NOT coalesce(r.paused, false)
+    ORDER BY priority DESC, served, j.created_at
     LIMIT $2
     FOR UPDATE OF j SKIP LOCKED
-), wanted AS (
-    SELECT greatest($2 - (SELECT count(*) FROM stale), 0) AS n
-), ranked AS (
-    -- lanes with waiting jobs, best first
-    SELECT l.lane, l.pending, l.served, {priority} AS priority
-    FROM job_lanes l
-    LEFT JOIN campaigns ON campaigns.id = l.lane
-    LEFT JOIN subscriptions ON subscriptions.user_id = campaigns.user_id
-    WHERE l.type = $1 AND l.pending > 0
-      AND (campaigns.id IS NULL OR campaigns.status = 'active')
-    ORDER BY priority DESC, l.served
-    OFFSET 0
 ), heads AS (
-    -- the first lanes, in that order, that have a job ready now and not held by another
-    -- claim (a probe of the claim index). SKIP LOCKED here too, or a lane whose ready
-    -- jobs another claim is taking would get a quota it cannot fill, and a claim could
-    -- come back empty while other lanes have work. The probe's lock is on the lane's
-    -- oldest ready job, the first one `fair` then takes; at most one per lane is held
-    -- needlessly, and only until this statement commits.
-    SELECT r.lane, r.pending, r.served, r.priority, h.created_at AS head_at
-    FROM ranked r
+    -- the first lanes in claim order that have a job ready now and not held by another
+    -- claim. The index walk passes over lanes whose work is all deferred (ready_at) on
+    -- the index entry alone; the probe of jobs_claim_idx finds the lane's oldest ready
+    -- job. SKIP LOCKED there too, or a lane whose ready jobs another claim is taking
+    -- would get a quota it cannot fill, and a claim could come back empty while other
+    -- lanes have work. The probe's lock is on the lane's oldest ready job, the first one
+    -- `fair` then takes; at most one per lane is held needlessly, and only until this
+    -- statement commits. (The index orders tied lanes by their oldest pending job,
+    -- which is their oldest ready one unless the lane holds a deferred job older than its
+    -- ready work, e.g. a retry waiting out its backoff; `slots` uses the probe's head.)
+    SELECT l.lane, l.pending, l.served, l.priority, h.created_at AS head_at
+    FROM job_lanes l
     CROSS JOIN LATERAL (
         SELECT j.created_at FROM jobs j
-        WHERE j.status = 'pending' AND j.type = $1 AND j.lane = r.lane AND j.run_after <= now()
+        WHERE j.status = 'pending' AND j.type = $1 AND j.lane = l.lane AND j.run_after <= now()
         ORDER BY j.created_at
         LIMIT 1
         FOR UPDATE SKIP LOCKED
     ) h
-    ORDER BY r.priority DESC, r.served
-    LIMIT (SELECT n FROM wanted)
+    WHERE l.type = $1 AND l.pending > 0 AND NOT l.paused AND l.ready_at <= now()
+    ORDER BY l.priority DESC, l.served, l.head_at
+    LIMIT $2
 ), slots AS (
-    -- the lane's k-th job weighs served + k; take the lightest
-    SELECT h.lane
+    -- every claimable job weighs its lane's served + k, k its place in the lane (a
+    -- lane's stale jobs first); the lightest $2 win, ties to the oldest job
+    SELECT s.lane, s.id, s.priority,
+           s.served + row_number() OVER (PARTITION BY s.lane ORDER BY s.created_at) AS weight,
+           s.created_at AS at
+    FROM stale s
+    UNION ALL
+    SELECT h.lane, NULL, h.priority,
+           h.served + coalesce((SELECT count(*) FROM stale s WHERE s.lane = h.lane), 0) + k,
+           h.head_at
     FROM heads h
     CROSS JOIN LATERAL generate_series(1, least(h.pending, $2)) AS k
-    ORDER BY h.priority DESC, h.served + k, h.head_at
-    LIMIT (SELECT n FROM wanted)
+    ORDER BY priority DESC, weight, at
+    LIMIT $2
 ), quota AS (
-    SELECT lane, count(*) AS n FROM slots GROUP BY lane
+    SELECT lane, count(*) AS n FROM slots WHERE id IS NULL GROUP BY lane
 ), fair AS (
     -- lock exactly each lane's quota, oldest first, skipping rows another claim holds
     SELECT j.id
@@ -70,7 +74,7 @@ WITH stale AS (
         FOR UPDATE SKIP LOCKED
     ) j
 ), picked AS (
-    SELECT id FROM stale
+    SELECT id FROM slots WHERE id IS NOT NULL
     UNION ALL
     SELECT id FROM fair
 )
