@@ -12,11 +12,10 @@ what each brings.
 from __future__ import annotations
 
 import argparse
-import importlib
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Sequence
 
-from app.pipeline.registry import StageConfigError
+from app.pipeline.registry import StageConfigError, import_named
 from app.pipeline.stage import Stage
 
 # An installed command: parsed args, settings and the database URL in, text to print out.
@@ -67,14 +66,7 @@ def load_plugins(spec: str | None) -> list[Plugin]:
         item = item.strip()
         if not item:
             continue
-        module_name, _, attr = item.partition(":")
-        if not module_name or not attr:
-            raise PluginConfigError(f"PIPELINE_PLUGINS: {item!r} must look like package.module:NAME")
-        try:
-            module = importlib.import_module(module_name)
-        except Exception as exc:
-            raise PluginConfigError(f"PIPELINE_PLUGINS: cannot import {module_name!r}: {exc}") from None
-        plugin = getattr(module, attr, None)
+        plugin = import_named(item, "PIPELINE_PLUGINS")
         if not isinstance(plugin, Plugin):
             raise PluginConfigError(f"PIPELINE_PLUGINS: {item} is not a Plugin")
         if any(p.name == plugin.name for p in plugins):

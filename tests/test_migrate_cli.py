@@ -94,6 +94,9 @@ async def test_cli_bad_input_is_one_readable_line(dsn, args, needle):
     ({"PIPELINE_STAGES": "nowhere.at.all:STAGES"}, "cannot import 'nowhere.at.all'"),
     ({"PIPELINE_STAGES": "tests.sample_stages:MISSING"}, "has no 'MISSING'"),
     ({"PIPELINE_STAGES": "app.outreach.plans:PLANS"}, "is not a Stage"),
+    ({"PIPELINE_PLUGINS": "nowhere.at.all:PLUGIN"}, "PIPELINE_PLUGINS: cannot import 'nowhere.at.all'"),
+    ({"PIPELINE_PLUGINS": "app.outreach:STAGES"}, "app.outreach:STAGES is not a Plugin"),
+    ({"PIPELINE_PLUGINS": "outreach"}, "must look like package.module:NAME"),
 ])
 async def test_cli_bad_settings_are_one_readable_line(dsn, env, needle):
     one_line_error(cli("run-once", env=env, dsn=dsn), needle)

@@ -11,18 +11,26 @@ class StageConfigError(Exception):
     """The stage list cannot be loaded; the message is one readable line."""
 
 
-def load_stages(spec: str) -> list[Stage]:
+def import_named(spec: str, setting: str):
+    """The object a setting names as package.module:NAME; StageConfigError (one line,
+    naming the setting) when it cannot be found."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise StageConfigError(f"PIPELINE_STAGES={spec!r} must look like package.module:NAME")
+        raise StageConfigError(f"{setting}={spec!r} must look like package.module:NAME")
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        raise StageConfigError(f"PIPELINE_STAGES: cannot import {module_name!r}: {exc}") from None
+        raise StageConfigError(f"{setting}: cannot import {module_name!r}: {exc}") from None
     try:
-        stages = list(getattr(module, attr))
+        return getattr(module, attr)
     except AttributeError:
-        raise StageConfigError(f"PIPELINE_STAGES: {module_name!r} has no {attr!r}") from None
+        raise StageConfigError(f"{setting}: {module_name!r} has no {attr!r}") from None
+
+
+def load_stages(spec: str) -> list[Stage]:
+    named = import_named(spec, "PIPELINE_STAGES")
+    try:
+        stages = list(named)
     except TypeError:
         raise StageConfigError(f"PIPELINE_STAGES: {spec} is not a list of Stage") from None
     check_stages(stages, spec)
