@@ -118,7 +118,8 @@ def test_make_run_serves_triggers_ticks_and_stops_clean(data_dir):
         port = sock.getsockname()[1]
     run = MakeRun(data_dir, port)
     try:
-        curl = run.wait_for(r"^\s+(curl -s -X POST .*/cron/pipeline)$").group(1)
+        # the first start makes a cluster (initdb) and imports everything: slow on a busy box
+        curl = run.wait_for(r"^\s+(curl -s -X POST .*/cron/pipeline)$", timeout=150).group(1)
         admin_key = run.wait_for(r"Admin API key .*: (slk_\S+)$").group(1)
         run.wait_for(r"Uvicorn running on")
         assert f"http://127.0.0.1:{port}/cron/pipeline" in curl
