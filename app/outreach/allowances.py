@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 
-from app.engine.queries import query
+from app.outreach.sql import query
 from app.outreach.plans import DEFAULT_PLAN, OWNERLESS_PLAN, PLANS, Plan
 
 CHARGED = "charged"          # this call took a credit

@@ -8,7 +8,7 @@ description, keywords, language), then queue the first crawl, of that page.
 from __future__ import annotations
 
 from app.engine.jobs import Job, NewJob
-from app.engine.queries import query
+from app.outreach.sql import query
 from app.pipeline.stage import Context
 from app.outreach.crawl import discover, lock_pages
 from app.outreach.html import parse_page, top_words

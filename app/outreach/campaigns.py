@@ -12,7 +12,7 @@ from app.outreach import store
 from app.engine import accounts
 from app.engine import jobs as q
 from app.engine.tenancy import act_as_default
-from app.engine.queries import query
+from app.outreach.sql import query
 from app.outreach.plans import DEFAULT_PLAN, PLANS, Plan
 from app.outreach.brief import brief_job
 from app.outreach.urls import BadUrl, normalize_url

@@ -20,7 +20,7 @@ from typing import Any
 
 from app.engine import jobs as q
 from app.engine.jobs import Job, NewJob
-from app.engine.queries import query
+from app.outreach.sql import query
 from app.pipeline.stage import Context, FailJob
 from app.outreach.html import ParsedPage, parse_page
 from app.outreach.scope import campaign_of, not_in_campaign, payload_id

@@ -15,7 +15,7 @@ import uuid
 from datetime import datetime
 
 from app.engine.jobs import Job
-from app.engine.queries import query
+from app.outreach.sql import query
 from app.pipeline.stage import Context, Stage
 
 

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from app.outreach import allowances
 from app.engine.jobs import Job
-from app.engine.queries import query
+from app.outreach.sql import query
 from app.outreach.quota import next_utc_day
 from app.outreach.scope import campaign_of, not_in_campaign, payload_id
 from app.pipeline.stage import Context, DeferJob

@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 
 from app.engine import jobs as q
 from app.engine.jobs import Job, NewJob
-from app.engine.queries import query
+from app.outreach.sql import query
 from app.pipeline.stage import Context, FailJob
 from app.outreach.html import MAX_PARSE_CHARS, parse_page
 from app.outreach.scope import campaign_of, not_in_campaign, payload_id

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 
-from app.engine.queries import query
+from app.outreach.sql import query
 
 # Triggers of runs a person started, which may dip into the reserve: `python -m app
 # run-once` (manual) and a curl of /cron/pipeline (http). Everything else -- the schedule

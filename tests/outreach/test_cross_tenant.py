@@ -20,7 +20,7 @@ from starlette.routing import Route
 from app.api import create_app
 from app.engine import jobs as q
 from app.engine.jobs import Job, NewJob
-from app.engine.queries import query
+from app.outreach.sql import query
 from app.outreach import STAGES
 from app.outreach.extract import extract
 from app.pipeline.stage import Context, FailJob, Tally

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from app.api import create_app
-from app.engine.queries import query
+from app.outreach.sql import query
 from app.outreach import quota
 from app.outreach.campaigns import CampaignLimitError, add_campaign
 from app.outreach.crawl import discover, lock_pages
