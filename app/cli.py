@@ -101,10 +101,10 @@ async def _enqueue(args, settings: Settings, plugins: list[Plugin], dsn: str) ->
     return {"id": str(job_id) if job_id else None, "deduplicated": job_id is None}
 
 
-async def _run_once(args, settings: Settings) -> dict:
+async def _run_once(args, settings: Settings, plugins: list[Plugin]) -> dict:
     if args.budget is not None and args.budget <= 0:
         raise CliError("--budget must be a positive number of seconds")
-    runtime = Runtime(settings, embedded_database=True)
+    runtime = Runtime(settings, plugins=plugins, embedded_database=True)
     try:
         result = await runtime.run(args.trigger, args.budget)
     finally:
@@ -112,12 +112,12 @@ async def _run_once(args, settings: Settings) -> dict:
     return run_json(result.row, result.budget_seconds)
 
 
-async def _worker(settings: Settings, dsn: str) -> None:
+async def _worker(settings: Settings, plugins: list[Plugin], dsn: str) -> None:
     import signal
 
     from app.pipeline.worker import Worker
 
-    runtime = Runtime(settings, embedded_database=True)
+    runtime = Runtime(settings, plugins=plugins, embedded_database=True)
     worker = Worker(await runtime.pool(), dsn, runtime.stages, settings)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -140,13 +140,13 @@ async def _main(args, settings: Settings, plugins: list[Plugin]) -> int:
     elif args.command == "enqueue":
         print(json.dumps(await _enqueue(args, settings, plugins, dsn)))
     elif args.command == "worker":
-        await _worker(settings, dsn)
+        await _worker(settings, plugins, dsn)
     elif getattr(args, "handler", None) is not None:  # a plug-in's command
         print(await args.handler(args, settings, dsn))
     elif args.command in ("user", "key"):
         print(await cli_accounts.run(args, dsn, _fail))
     elif args.command == "run-once":
-        result = await _run_once(args, settings)
+        result = await _run_once(args, settings, plugins)
         print(json.dumps(result, indent=2))
         return 1 if result["stopReason"] == "error" else 0
     return 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.errors import ApiError, error_response
+from app.api.errors import ApiError, WatchedSend, error_response
 
 
 class BodyTooLarge(ApiError):
@@ -50,7 +50,6 @@ class BodyLimit:
             await self._refuse(too_large, scope, send)
             return
         seen = 0
-        started = False
 
         async def counted_receive() -> Message:
             nonlocal seen
@@ -61,16 +60,11 @@ class BodyLimit:
                     raise too_large
             return message
 
-        async def watched_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        watched = WatchedSend(send)
         try:
-            await self.app(scope, counted_receive, watched_send)
+            await self.app(scope, counted_receive, watched)
         except BodyTooLarge as exc:
-            if started:
+            if watched.started:
                 raise
             await self._refuse(exc, scope, send)
 

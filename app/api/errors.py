@@ -125,6 +125,20 @@ async def _hook_failed(request: Request, exc: Exception) -> JSONResponse:
                                               "may be sent again (the details are in the server log)")
 
 
+class WatchedSend:
+    """`send`, remembering whether the response has started: after that, an error can
+    no longer be answered in the error shape."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+
+    async def __call__(self, message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self.send(message)
+
+
 class CatchAll:
     """Pure ASGI middleware: an exception nothing else handled becomes a JSON 500.
 
@@ -137,19 +151,12 @@ class CatchAll:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def watch(message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        watched = WatchedSend(send)
         try:
-            await self.app(scope, receive, watch)
+            await self.app(scope, receive, watched)
         except Exception:
             log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
-            if started:
+            if watched.started:
                 return  # too late to answer; the client sees a cut response
             response = error_response(500, "internal_error",
                                       "unexpected server error; the details are in the server log")

@@ -7,7 +7,7 @@ no more than the cap needs, see _narrower_window), never the expanded reply."""
 from __future__ import annotations
 
 import zlib
-from typing import Iterator
+from typing import Callable, Iterator
 
 import brotli
 
@@ -119,11 +119,7 @@ class _Brotli:
             if out:
                 yield out
             # Past the limit, the rest comes from calls with no input, until it may take more.
-            while not self.decompressor.can_accept_more_data():
-                out = self.decompressor.process(b"", output_buffer_limit=STEP)
-                if not out:
-                    return
-                yield out
+            yield from self._held(lambda: not self.decompressor.can_accept_more_data())
         except brotli.error as exc:
             raise DecodingError("the body is not valid brotli") from exc
 
@@ -131,13 +127,17 @@ class _Brotli:
         """The output still held when the input has ended (it can take more input while
         holding some)."""
         try:
-            while self.started and not self.decompressor.is_finished():
-                out = self.decompressor.process(b"", output_buffer_limit=STEP)
-                if not out:
-                    return
-                yield out
+            yield from self._held(lambda: self.started and not self.decompressor.is_finished())
         except brotli.error as exc:
             raise DecodingError("the body is not valid brotli") from exc
+
+    def _held(self, more: Callable[[], bool]) -> Iterator[bytes]:
+        """Output the decompressor holds, a step at a time, while `more()` says so."""
+        while more():
+            out = self.decompressor.process(b"", output_buffer_limit=STEP)
+            if not out:
+                return
+            yield out
 
 
 def decoder_for(content_encoding: str | None, max_bytes: int):
