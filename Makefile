@@ -14,8 +14,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
+# Two test processes (pytest-xdist), each with its own embedded PostgreSQL: most tests wait
+# on the database or a subprocess, so two at a time halve the suite on two cores.
 test: $(STAMP) redis-server
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2
 
 # The Redis tests (tests/api/test_redis.py) start and kill a real redis-server of their
 # own on a free port. Installed from Debian's packages when missing and we are root (as

@@ -81,8 +81,9 @@ async def redis_server(tmp_path):
 
 
 def settings_for(dsn, redis_server, **overrides):
+    # a live Redis must not read as a dead one on a loaded machine (tests run two at a time)
     values = dict(redis_url=redis_server.url, rate_limit_per_minute=1000, trigger_rate_limit_per_minute=1000,
-                  cache_seconds=30)
+                  cache_seconds=30, redis_timeout_seconds=2.0)
     values.update(overrides)
     return make_settings(dsn, **values)
 
