@@ -17,6 +17,8 @@ import pytest
 from app.devdb import LocalPostgres
 from app.engine.db import connect, create_pool
 from app.engine.migrate import migrate
+from app.plugin import load_plugins
+from app.settings import Settings
 
 
 
@@ -51,12 +53,31 @@ async def dsn(pg_server):
     base, _, _ = pg_server.rpartition("/")
     url = f"{base}/{name}"
     conn = await connect(url)
-    await migrate(conn)
+    await migrate(conn, [p.name for p in load_plugins(Settings().pipeline_plugins)])
     await conn.close()
     yield url
     admin = await asyncpg.connect(pg_server)
     await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     await admin.close()
+
+
+@pytest.fixture
+async def new_database(pg_server):
+    """Make empty databases of their own (unmigrated) for a test: `await new_database()`
+    gives one's URL. Dropped afterwards."""
+    admin = await asyncpg.connect(pg_server)
+    made: list[str] = []
+
+    async def make() -> str:
+        made.append(f"skiplock_scratch_{os.getpid()}_{len(made)}_{os.urandom(3).hex()}")
+        await admin.execute(f'CREATE DATABASE "{made[-1]}"')
+        return f"{pg_server.rpartition('/')[0]}/{made[-1]}"
+    try:
+        yield make
+    finally:
+        for name in made:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
 
 
 @pytest.fixture(scope="session")

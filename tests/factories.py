@@ -15,7 +15,7 @@ TEST_ACTOR = Actor("system", "tests")
 
 
 async def as_system(db, sql: str, *args):
-    """Run one audited write (users, plans, campaigns, keys) as the actor `system`."""
+    """Run one audited write (users, keys; plans, campaigns) as the actor `system`."""
     async with acting(db, TEST_ACTOR) as conn:
         return await conn.fetchval(sql, *args)
 
@@ -41,10 +41,11 @@ async def api_key(db, email: str, admin: bool = False, plan: str = "free") -> st
         return (await accounts.create_key(conn, email, admin)).key
 
 
-async def jobs(db, type_: str, n: int, campaign_id=None, start: datetime | None = None, **kw) -> list[uuid.UUID]:
-    """n jobs created one millisecond apart (oldest first), from `start` (default an hour ago)."""
+async def jobs(db, type_: str, n: int, lane=None, start: datetime | None = None, **kw) -> list[uuid.UUID]:
+    """n jobs in `lane` (default: the all-zero lane) created one millisecond apart (oldest
+    first), from `start` (default an hour ago)."""
     start = start or datetime.now(timezone.utc) - timedelta(hours=1)
-    ids = await q.enqueue_many(db, [NewJob(type=type_, campaign_id=campaign_id, payload={"i": i}, **kw)
+    ids = await q.enqueue_many(db, [NewJob(type=type_, lane=lane, payload={"i": i}, **kw)
                                     for i in range(n)])
     for i, job_id in enumerate(ids):
         await db.execute("UPDATE jobs SET created_at = $2 WHERE id = $1",

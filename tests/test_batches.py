@@ -8,7 +8,7 @@ import pytest
 
 from app.engine import batches as b
 from app.engine import jobs as q
-from app.engine.batches import BatchRequest, CampaignNotFound
+from app.engine.batches import BatchRequest, LaneNotFound
 from app.pipeline import outcomes
 from app.pipeline.loop import Pipeline
 from app.pipeline.stage import Stage
@@ -32,9 +32,9 @@ async def test_one_job_per_type_and_open_types_are_skipped(pool):
     third = await b.create_batch(pool, c, [BatchRequest("fetch"), BatchRequest("export")])
     assert third.batch_id is None and third.created == {}
     assert third.skipped == {"fetch": first.created["fetch"], "export": first.created["export"]}
-    row = await pool.fetchrow("SELECT batch_id, total, campaign_id FROM jobs WHERE id = $1",
+    row = await pool.fetchrow("SELECT batch_id, total, lane FROM jobs WHERE id = $1",
                               first.created["fetch"])
-    assert row["batch_id"] == first.batch_id and row["total"] == 40 and row["campaign_id"] == c
+    assert row["batch_id"] == first.batch_id and row["total"] == 40 and row["lane"] == c
 
 
 async def test_identical_concurrent_requests_create_one_set(pool):
@@ -49,8 +49,8 @@ async def test_identical_concurrent_requests_create_one_set(pool):
     assert await pool.fetchval("SELECT count(*) FROM batches") == 1
 
 
-async def test_unknown_campaign(pool):
-    with pytest.raises(CampaignNotFound):
+async def test_unknown_lane(pool):
+    with pytest.raises(LaneNotFound):
         await b.create_batch(pool, __import__("uuid").uuid4(), [BatchRequest("fetch")])
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta, timezone
 
-from app.engine.jobs import Job
+from app.engine.jobs import DEFAULT_LANE, Job
 from app.pipeline.loop import Pipeline
 from app.pipeline.stage import Context, Tally
 from app.settings import load_settings
@@ -34,7 +34,7 @@ async def test_a_deadline_fires_when_due_and_only_once(pool):
 async def test_two_runs_seeing_one_deadline_latch_it_once(pool):
     deadline = await start_deadline(pool, "ticket:3", datetime.now(timezone.utc) - timedelta(seconds=1))
     job = Job(id=deadline, type="deadline", payload={"deadline_id": str(deadline)}, attempts=1,
-              campaign_id=None, run_id=None)
+              lane=DEFAULT_LANE, run_id=None)
     tallies = [Tally() for _ in range(6)]
     await asyncio.gather(*(check_deadline(job, Context(db=pool, run_id=None, trigger="t", settings=None,
                                                        deadline=0, tally=t)) for t in tallies))

@@ -34,7 +34,7 @@ async def test_claim_takes_only_its_type_and_due_jobs(pool):
 async def test_paused_campaign_is_not_claimed_until_resumed(pool):
     owner = await f.user(pool, "pro")
     paused = await f.campaign(pool, owner, status="paused")
-    await f.jobs(pool, "t", 3, campaign_id=paused)
+    await f.jobs(pool, "t", 3, lane=paused)
     run_id = await f.run(pool)
     assert await q.claim(pool, f.lease(), run_id, 10) == []
     await f.as_system(pool, "UPDATE campaigns SET status = 'active' WHERE id = $1", paused)
@@ -46,7 +46,7 @@ async def test_concurrent_claims_never_share_a_job(pool):
     campaigns = [await f.campaign(pool, owners[i % 3]) for i in range(6)]
     all_ids = set()
     for c in campaigns:
-        all_ids |= set(await f.jobs(pool, "t", 100, campaign_id=c))
+        all_ids |= set(await f.jobs(pool, "t", 100, lane=c))
     all_ids |= set(await f.jobs(pool, "t", 100))  # ownerless lane
     runs = [await f.run(pool) for _ in range(8)]
     seen: list[uuid.UUID] = []
@@ -89,57 +89,57 @@ async def test_plan_priority_then_least_served_campaign_then_oldest(pool):
     c_free = await f.campaign(pool, free)
     c_pro = await f.campaign(pool, pro)
     c_std = await f.campaign(pool, standard)
-    await f.jobs(pool, "t", 2, campaign_id=c_free)   # oldest of all
+    await f.jobs(pool, "t", 2, lane=c_free)   # oldest of all
     await f.jobs(pool, "t", 2)                       # ownerless: the middle plan
-    await f.jobs(pool, "t", 2, campaign_id=c_std)
-    await f.jobs(pool, "t", 2, campaign_id=c_pro)    # newest of all
+    await f.jobs(pool, "t", 2, lane=c_std)
+    await f.jobs(pool, "t", 2, lane=c_pro)    # newest of all
     run_id = await f.run(pool)
     order = []
     for _ in range(8):
         [job] = await q.claim(pool, f.lease(), run_id, 1)
-        order.append(job.campaign_id)
+        order.append(job.lane)
     assert order[:2] == [c_pro, c_pro]
     # standard-plan campaign and ownerless work share the middle priority and alternate
-    assert set(order[2:6]) == {c_std, None} and order[2] != order[3]
+    assert set(order[2:6]) == {c_std, ZERO} and order[2] != order[3]
     assert order[6:] == [c_free, c_free]
 
 
 async def test_least_served_campaign_goes_first_even_when_newer(pool):
     owner = await f.user(pool, "pro")
     busy, quiet = await f.campaign(pool, owner), await f.campaign(pool, owner)
-    await f.jobs(pool, "t", 5, campaign_id=busy)
+    await f.jobs(pool, "t", 5, lane=busy)
     run_id = await f.run(pool)
     served = await q.claim(pool, f.lease(), run_id, 3)          # busy has been served 3 today
     await q.complete(pool, run_id, [j.id for j in served])
-    await f.jobs(pool, "t", 2, campaign_id=quiet)              # newer than busy's backlog
+    await f.jobs(pool, "t", 2, lane=quiet)              # newer than busy's backlog
     got = await q.claim(pool, f.lease(), run_id, 2)
-    assert [j.campaign_id for j in got] == [quiet, quiet]
+    assert [j.lane for j in got] == [quiet, quiet]
 
 
 async def test_one_claim_interleaves_campaigns_of_the_same_plan(pool):
     owner = await f.user(pool, "standard")
     a, b = await f.campaign(pool, owner), await f.campaign(pool, owner)
-    await f.jobs(pool, "t", 10, campaign_id=a)
-    await f.jobs(pool, "t", 10, campaign_id=b)
+    await f.jobs(pool, "t", 10, lane=a)
+    await f.jobs(pool, "t", 10, lane=b)
     got = await q.claim(pool, f.lease(), await f.run(pool), 6)
-    assert Counter(j.campaign_id for j in got) == {a: 3, b: 3}
+    assert Counter(j.lane for j in got) == {a: 3, b: 3}
 
 
 async def test_in_flight_work_counts_as_served(pool):
     owner = await f.user(pool, "free")
     a, b = await f.campaign(pool, owner), await f.campaign(pool, owner)
-    await f.jobs(pool, "t", 3, campaign_id=a)
+    await f.jobs(pool, "t", 3, lane=a)
     run_id = await f.run(pool)
     await q.claim(pool, f.lease(), run_id, 2)  # still running, not completed
-    await f.jobs(pool, "t", 3, campaign_id=b)
+    await f.jobs(pool, "t", 3, lane=b)
     got = await q.claim(pool, f.lease(), run_id, 2)
-    assert [j.campaign_id for j in got] == [b, b]
+    assert [j.lane for j in got] == [b, b]
 
 
 async def test_lane_counters_follow_every_transition(pool):
     owner = await f.user(pool)
     c = await f.campaign(pool, owner)
-    await f.jobs(pool, "t", 6, campaign_id=c)
+    await f.jobs(pool, "t", 6, lane=c)
     await pool.execute("INSERT INTO jobs (type, payload) VALUES ('t', '{}')")  # a plain INSERT
     run_id = await f.run(pool)
     got = await q.claim(pool, f.lease(), run_id, 5)
@@ -151,8 +151,8 @@ async def test_lane_counters_follow_every_transition(pool):
     counts = await f.lane_counts(pool, "t")
     assert {lane: p for lane, (p, _) in counts.items() if p} == await f.true_pending(pool, "t")
     # served: the attempts started in each lane, less the one the deferral handed back
-    expected = Counter(j.campaign_id or uuid.UUID(int=0) for j in got)
-    expected[got[2].campaign_id or uuid.UUID(int=0)] -= 1
+    expected = Counter(j.lane or uuid.UUID(int=0) for j in got)
+    expected[got[2].lane] -= 1
     assert {lane: s for lane, (_, s) in counts.items()} == dict(expected)
     assert sum(expected.values()) == 4
 
@@ -160,7 +160,7 @@ async def test_lane_counters_follow_every_transition(pool):
 async def test_served_counts_older_than_a_day_expire(pool):
     owner = await f.user(pool)
     c = await f.campaign(pool, owner)
-    await f.jobs(pool, "t", 2, campaign_id=c)
+    await f.jobs(pool, "t", 2, lane=c)
     await q.claim(pool, f.lease(), await f.run(pool), 2)
     assert (await f.lane_counts(pool, "t"))[c][1] == 2
     await pool.execute("UPDATE job_lane_hours SET hour = hour - interval '25 hours'")
@@ -173,17 +173,17 @@ async def test_a_claim_never_comes_back_empty_while_another_lane_has_ready_work(
     pro, free = await f.user(pool, "pro"), await f.user(pool, "free")
     busy = await f.campaign(pool, pro)
     other = await f.campaign(pool, free)
-    await f.jobs(pool, "t", 5, campaign_id=busy)
-    await f.jobs(pool, "t", 40, campaign_id=other)
+    await f.jobs(pool, "t", 5, lane=busy)
+    await f.jobs(pool, "t", 40, lane=other)
     async with pool.acquire() as holder:
         tr = holder.transaction()
         await tr.start()
         try:
             # another claim holds every ready job of the best lane, not yet committed
             held = await q.claim(holder, f.lease(), await f.run(pool), 5)
-            assert {j.campaign_id for j in held} == {busy}
+            assert {j.lane for j in held} == {busy}
             got = await q.claim(pool, f.lease(), await f.run(pool), 25)
-            assert len(got) == 25 and {j.campaign_id for j in got} == {other}
+            assert len(got) == 25 and {j.lane for j in got} == {other}
         finally:
             await tr.rollback()
 
@@ -193,14 +193,14 @@ async def test_a_claim_never_comes_back_empty_while_another_lane_has_ready_work(
 ZERO = uuid.UUID(int=0)
 
 
-async def insert_jobs(db, campaign_id, n: int, minutes_old: float, run_after_minutes: float = 0) -> None:
+async def insert_jobs(db, lane, n: int, minutes_old: float, run_after_minutes: float = 0) -> None:
     """n jobs of type t in the lane, a plain INSERT as any client would write it, created
     `minutes_old` ago (1 ms apart); due `run_after_minutes` from now (default: due now)."""
     await db.execute(
-        "INSERT INTO jobs (type, campaign_id, created_at, run_after) "
+        "INSERT INTO jobs (type, lane, created_at, run_after) "
         "SELECT 't', $1, now() - make_interval(mins => $3) + g * interval '1 ms', "
         "       now() + make_interval(mins => $4) "
-        "FROM generate_series(1, $2) g", campaign_id, n, float(minutes_old), float(run_after_minutes))
+        "FROM generate_series(1, $2) g", lane, n, float(minutes_old), float(run_after_minutes))
 
 
 async def test_tied_lanes_go_oldest_ready_job_first(pool):
@@ -222,13 +222,13 @@ async def test_tied_lanes_go_oldest_ready_job_first(pool):
         await tr.start()
         try:  # a claim of three takes the three oldest lanes' heads
             three = await q.claim(conn, f.lease(), run_id, 3)
-            assert sorted(age_of[j.campaign_id] for j in three) == [60, 120, 180]
+            assert sorted(age_of[j.lane] for j in three) == [60, 120, 180]
         finally:
             await tr.rollback()
     order = []
     for _ in range(6):
         got = await q.claim(pool, f.lease(), run_id, 1)
-        order.extend(age_of[j.campaign_id] for j in got)
+        order.extend(age_of[j.lane] for j in got)
     # each lane served once in turn, oldest work first; the deferred lane waits
     assert order == [180, 120, 60, 30, 10, 180]
 
@@ -237,15 +237,15 @@ async def test_a_plain_insert_lands_in_its_campaigns_lane_at_its_plan_priority(p
     pro, free = await f.user(pool, "pro"), await f.user(pool, "free")
     c_pro, c_free = await f.campaign(pool, pro), await f.campaign(pool, free)
     # what any client may write, oldest first: free's job, the ownerless one, pro's
-    await pool.execute("INSERT INTO jobs (type, campaign_id, created_at) VALUES "
-                       "('t', $1, now() - interval '3 minutes'), ('t', NULL, now() - interval '2 minutes'), "
+    await pool.execute("INSERT INTO jobs (type, lane, created_at) VALUES "
+                       "('t', $1, now() - interval '3 minutes'), ('t', DEFAULT, now() - interval '2 minutes'), "
                        "('t', $2, now() - interval '1 minute')", c_free, c_pro)
     lanes = {r["lane"]: (r["priority"], r["pending"])
              for r in await pool.fetch("SELECT lane, priority, pending FROM job_lanes WHERE type = 't'")}
     assert lanes == {c_pro: (PLANS["pro"].priority, 1), c_free: (PLANS["free"].priority, 1),
                      ZERO: (PLANS[OWNERLESS_PLAN].priority, 1)}
-    got = [(await q.claim(pool, f.lease(), await f.run(pool), 1))[0].campaign_id for _ in range(3)]
-    assert got == [c_pro, None, c_free]
+    got = [(await q.claim(pool, f.lease(), await f.run(pool), 1))[0].lane for _ in range(3)]
+    assert got == [c_pro, ZERO, c_free]
 
 
 async def test_a_plan_changed_in_plain_sql_reorders_the_claim(pool):
@@ -257,7 +257,7 @@ async def test_a_plan_changed_in_plain_sql_reorders_the_claim(pool):
 
     async def next_lane():
         [job] = await q.claim(pool, f.lease(), run_id, 1)
-        return job.campaign_id
+        return job.lane
 
     assert await next_lane() == b  # standard before free
     await f.as_system(pool, "UPDATE subscriptions SET plan = 'pro' WHERE user_id = $1", a_owner)
@@ -278,14 +278,14 @@ async def test_pausing_a_campaign_in_plain_sql_stops_its_lane_stale_leases_inclu
     await insert_jobs(pool, other, 3, 60)
     lease = f.lease(seconds=60)
     [held] = await q.claim(pool, lease, await f.run(pool), 1)
-    assert held.campaign_id == busy
+    assert held.lane == busy
     await f.age_lock(pool, held.id, 61)  # its worker died
     await f.as_system(pool, "UPDATE campaigns SET status = 'paused' WHERE id = $1", busy)
     got = await q.claim(pool, lease, await f.run(pool), 10)
-    assert {j.campaign_id for j in got} == {other} and len(got) == 3
+    assert {j.lane for j in got} == {other} and len(got) == 3
     await f.as_system(pool, "UPDATE campaigns SET status = 'active' WHERE id = $1", busy)
     got = await q.claim(pool, lease, await f.run(pool), 10)
-    assert {j.campaign_id for j in got} == {busy} and held.id in {j.id for j in got} and len(got) == 3
+    assert {j.lane for j in got} == {busy} and held.id in {j.id for j in got} and len(got) == 3
 
 
 async def test_stale_reclaims_follow_the_lane_order(pool):
@@ -296,12 +296,12 @@ async def test_stale_reclaims_follow_the_lane_order(pool):
     lease = f.lease(seconds=60)
     dead = await q.claim(pool, lease, await f.run(pool), 2)  # both held by a run that died
     for job in dead:
-        await f.age_lock(pool, job.id, 3600 if job.campaign_id == c_free else 120)
+        await f.age_lock(pool, job.id, 3600 if job.lane == c_free else 120)
     await insert_jobs(pool, c_std, 1, 1)
     run_id = await f.run(pool)
     order = [(await q.claim(pool, lease, run_id, 1))[0] for _ in range(3)]
     # pro's stale job, standard's fresh one, then free's, whose lease expired first
-    assert [j.campaign_id for j in order] == [c_pro, c_std, c_free]
+    assert [j.lane for j in order] == [c_pro, c_std, c_free]
     assert [j.attempts for j in order] == [2, 1, 2]
 
 
@@ -332,12 +332,12 @@ async def test_a_lane_whose_work_is_all_deferred_does_not_hold_up_the_claim(pool
     ready = await f.campaign(pool, free)
     await insert_jobs(pool, ready, 5, 1)
     got = await q.claim(pool, f.lease(), await f.run(pool), 5)
-    assert len(got) == 5 and {j.campaign_id for j in got} == {ready}
+    assert len(got) == 5 and {j.lane for j in got} == {ready}
     # their jobs come due: the lanes are ready again, in order, with nothing else changed
-    await pool.execute("UPDATE jobs SET run_after = now() - interval '1 second' WHERE campaign_id = ANY ($1)",
+    await pool.execute("UPDATE jobs SET run_after = now() - interval '1 second' WHERE lane = ANY ($1)",
                        waiting)
     got = await q.claim(pool, f.lease(), await f.run(pool), 30)
-    assert {j.campaign_id for j in got} == set(waiting)
+    assert {j.lane for j in got} == set(waiting)
 
 
 async def lane_heads(db, type_: str) -> dict:
@@ -387,14 +387,14 @@ async def test_a_lanes_head_and_readiness_follow_every_transition(pool):
     await q.complete(pool, run_id, [got[2].id])
     await check()
     await pool.execute("UPDATE jobs SET run_after = now() + interval '1 day' "
-                       "WHERE status = 'pending' AND campaign_id = $1", b)  # all of b deferred
+                       "WHERE status = 'pending' AND lane = $1", b)  # all of b deferred
     await check()
     assert (await lane_heads(pool, "t"))[b][2] > await pool.fetchval("SELECT now()")
     await pool.execute("UPDATE jobs SET created_at = created_at - interval '1 day' WHERE id = "
-                       "(SELECT id FROM jobs WHERE status = 'pending' AND campaign_id = $1 "
+                       "(SELECT id FROM jobs WHERE status = 'pending' AND lane = $1 "
                        " ORDER BY created_at DESC LIMIT 1)", a)
     await check()
-    await pool.execute("DELETE FROM jobs WHERE status = 'pending' AND campaign_id IS NULL")
+    await pool.execute("DELETE FROM jobs WHERE status = 'pending' AND lane = '00000000-0000-0000-0000-000000000000'")
     await check()
     while await q.claim(pool, f.lease(), run_id, 3):
         await check()

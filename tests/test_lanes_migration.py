@@ -1,47 +1,37 @@
-"""A database made before lanes moves forward with its data: every lane ranked from its
-campaign and owner's plan, the counters told where each queue starts, the claim in order."""
+"""A database made before the split (one chain for the queue and the outreach example, kept
+in sql/migrations/legacy/) moves forward with its data: the rest of the legacy chain, then
+the bridge, and it is the same schema as a fresh database migrated with the split chains."""
 
 from __future__ import annotations
 
+import difflib
+import subprocess
 import uuid
 
-import asyncpg
-import pytest
-
+from app.devdb import _bin_dir
 from app.engine import jobs as q
 from app.engine.db import connect
-from app.engine.migrate import migrate
-from app.engine.queries import migrations, query
+from app.engine.migrate import LEGACY_DIR, SQUASHED, _files, chain, migrate, pending_migrations
+from app.engine.queries import query
 from app.outreach.plans import DEFAULT_PLAN, OWNERLESS_PLAN, PLANS
 from tests import factories as f
 
-BEFORE_LANES = "0009"  # migrations below this version made the database
+BEFORE_LANES = "0009"  # the old database was made by the legacy migrations below this one
+ZERO = uuid.UUID(int=0)
 
 
-@pytest.fixture
-async def old_db(pg_server):
-    """A database at migration 0008, without the lanes."""
-    admin = await asyncpg.connect(pg_server)
-    name = f"skiplock_lanes_{uuid.uuid4().hex[:8]}"
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    conn = await connect(f"{pg_server.rpartition('/')[0]}/{name}")
-    try:
-        async with conn.transaction():
-            await conn.execute(query("migrations_prepare"))
-            for version, sql in migrations():
-                if version < BEFORE_LANES:
-                    await conn.execute(sql)
-                    await conn.execute(query("migrations_record"), version)
-        yield conn
-    finally:
-        await conn.close()
-        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-        await admin.close()
+def schema_of(url: str) -> list[str]:
+    """The database's schema as pg_dump writes it (tables, columns, constraints, indexes,
+    triggers, functions, views, policies, grants), without comments."""
+    out = subprocess.run([str(_bin_dir() / "pg_dump"), "--schema-only", "--no-owner", url],
+                         capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines()
+            if line and not line.startswith("--") and not line.startswith("\\")]
 
 
-async def test_an_old_database_moves_to_lanes_with_its_data(old_db):
-    db = old_db
-    assert await db.fetchval("SELECT to_regclass('lanes')") is None
+async def seed_old(db) -> dict:
+    """Users on each plan, campaigns, a backlog from the old engine (jobs.campaign_id), a
+    batch: the legacy schema at BEFORE_LANES."""
     await db.execute("SELECT set_config('app.current_actor_kind', 'system', false)")
     users = {plan: await db.fetchval("INSERT INTO users (email) VALUES ($1) RETURNING id", f"{plan}@example.com")
              for plan in (*PLANS, "none")}
@@ -53,40 +43,89 @@ async def test_an_old_database_moves_to_lanes_with_its_data(old_db):
         "INSERT INTO campaigns (user_id, status) VALUES ($1, 'paused') RETURNING id", users["pro"])
     lanes["nobody's"] = await db.fetchval("INSERT INTO campaigns (user_id) VALUES (NULL) RETURNING id")
     lanes["ownerless"] = None
-    # a backlog from the old engine: two jobs a lane, the free lane's the oldest; the
-    # standard lane's first job is deferred for an hour
+    # two jobs a lane, the free lane's the oldest; the standard lane's first job is
+    # deferred for an hour; and a done job in each
     for n, (key, campaign) in enumerate(lanes.items()):
         await db.execute(
             "INSERT INTO jobs (type, campaign_id, created_at, run_after) "
             "SELECT 't', $1, now() - make_interval(mins => 100 - $2) + g * interval '1 ms', "
             "       CASE WHEN $3 AND g = 1 THEN now() + interval '1 hour' ELSE now() END "
             "FROM generate_series(1, 2) g", campaign, n, key == "standard")
+        await db.execute("INSERT INTO jobs (type, campaign_id, status, finished_at) VALUES ('t', $1, 'done', now())",
+                         campaign)
+    batch = await db.fetchval("INSERT INTO batches (campaign_id) VALUES ($1) RETURNING id", lanes["free"])
+    await db.execute("INSERT INTO jobs (type, campaign_id, batch_id) VALUES ('b', $1, $2)", lanes["free"], batch)
+    return lanes
 
-    assert await migrate(db) != []
 
-    ranks = {r["id"]: (r["priority"], r["paused"]) for r in await db.fetch(
-        "SELECT l.id, j.priority, j.paused FROM lanes l JOIN job_lanes j ON j.lane = l.id")}
-    zero = uuid.UUID(int=0)
-    assert ranks == {
-        lanes["free"]: (PLANS["free"].priority, False),
-        lanes["standard"]: (PLANS["standard"].priority, False),
-        lanes["pro"]: (PLANS["pro"].priority, False),
-        lanes["none"]: (PLANS[DEFAULT_PLAN].priority, False),
-        lanes["paused"]: (PLANS["pro"].priority, True),
-        lanes["nobody's"]: (PLANS[OWNERLESS_PLAN].priority, False),
-        zero: (PLANS[OWNERLESS_PLAN].priority, False),
-    }
-    heads = await db.fetch(
-        "SELECT l.lane, l.head_at = min(j.created_at) AS head_ok, l.ready_at = min(j.run_after) AS ready_ok "
-        "FROM job_lanes l JOIN jobs j ON j.lane = l.lane AND j.type = l.type AND j.status = 'pending' "
-        "GROUP BY l.lane, l.head_at, l.ready_at")
-    assert len(heads) == 7 and all(r["head_ok"] and r["ready_ok"] for r in heads)
+async def test_a_database_made_before_the_split_comes_across_with_its_data(new_database):
+    old_url, fresh_url = await new_database(), await new_database()
+    db = await connect(old_url)
+    try:
+        async with db.transaction():
+            await db.execute(query("migrations_prepare"))
+            for version, sql in _files(LEGACY_DIR):
+                if version < BEFORE_LANES:
+                    await db.execute(sql)
+                    await db.execute(query("migrations_record"), version)
+        lanes = await seed_old(db)
+        jobs_before = {r["id"]: r["campaign_id"] or ZERO for r in await db.fetch("SELECT id, campaign_id FROM jobs")}
 
-    run_id = await f.run(db)
-    order = [j.campaign_id for _ in range(10) for j in await q.claim(db, f.lease(), run_id, 1)]
-    # pro, then the standard-priority lanes (standard's one ready job, then nobody's
-    # campaign's and the ownerless lane's, oldest first), then the free ones; the paused
-    # lane waits
-    assert order[:2] == [lanes["pro"]] * 2
-    assert order[2:7] == [lanes["standard"], lanes["nobody's"], None, lanes["nobody's"], None]
-    assert order[7:] == [lanes["free"], lanes["none"], lanes["free"]]
+        # the rest of the legacy chain, the bridge (recorded as the squashed files it
+        # stands for), then whatever came after the squash
+        legacy_rest = [v for v, _ in _files(LEGACY_DIR) if v >= BEFORE_LANES]
+        later = [v for v, _ in chain(["outreach"]) if v not in SQUASHED]
+        expected = legacy_rest + list(SQUASHED) + later
+        assert await pending_migrations(db, ["outreach"]) == expected
+        assert await migrate(db, ["outreach"]) == expected
+        assert await migrate(db, ["outreach"]) == []
+
+        fresh = await connect(fresh_url)
+        try:
+            assert await migrate(fresh, ["outreach"]) == [v for v, _ in chain(["outreach"])]
+        finally:
+            await fresh.close()
+        old_schema, new_schema = schema_of(old_url), schema_of(fresh_url)
+        assert old_schema == new_schema, "\n".join(difflib.unified_diff(
+            old_schema, new_schema, "legacy + bridge", "fresh", lineterm="", n=1))
+
+        # every job kept its lane; the counters match a recount
+        assert {r["id"]: r["lane"] for r in await db.fetch("SELECT id, lane FROM jobs")} == jobs_before
+        assert await db.fetchval("SELECT lane FROM batches") == lanes["free"]
+        counted = await db.fetch(
+            "SELECT l.type, l.lane, l.pending, count(j.id) AS n, l.head_at = min(j.created_at) AS head_ok, "
+            "       l.ready_at = min(j.run_after) AS ready_ok "
+            "FROM job_lanes l LEFT JOIN jobs j ON j.lane = l.lane AND j.type = l.type AND j.status = 'pending' "
+            "GROUP BY l.type, l.lane")
+        assert len(counted) == 8 and all(r["pending"] == r["n"] and r["head_ok"] and r["ready_ok"]
+                                         for r in counted)
+        # every lane ranked from its campaign and its owner's plan
+        ranks = {r["id"]: (r["priority"], r["paused"]) for r in await db.fetch(
+            "SELECT l.id, j.priority, j.paused FROM lanes l JOIN job_lanes j ON j.lane = l.id AND j.type = 't'")}
+        assert ranks == {
+            lanes["free"]: (PLANS["free"].priority, False),
+            lanes["standard"]: (PLANS["standard"].priority, False),
+            lanes["pro"]: (PLANS["pro"].priority, False),
+            lanes["none"]: (PLANS[DEFAULT_PLAN].priority, False),
+            lanes["paused"]: (PLANS["pro"].priority, True),
+            lanes["nobody's"]: (PLANS[OWNERLESS_PLAN].priority, False),
+            ZERO: (PLANS[OWNERLESS_PLAN].priority, False),
+        }
+        # the claim in order: pro, then the standard-priority lanes (standard's one ready
+        # job, then nobody's campaign's and the ownerless lane's, oldest first), then the
+        # free ones; the paused lane waits
+        run_id = await f.run(db)
+        order = [j.lane for _ in range(10) for j in await q.claim(db, f.lease(), run_id, 1)]
+        assert order[:2] == [lanes["pro"]] * 2
+        assert order[2:7] == [lanes["standard"], lanes["nobody's"], ZERO, lanes["nobody's"], ZERO]
+        assert order[7:] == [lanes["free"], lanes["none"], lanes["free"]]
+
+        # deleting a campaign deletes its lane, and with it the lane's jobs, batches and counters
+        await db.execute("DELETE FROM campaigns WHERE id = $1", lanes["free"])
+        for table, column in (("lanes", "id"), ("jobs", "lane"), ("batches", "lane"), ("job_lanes", "lane"),
+                              ("job_lane_hours", "lane")):
+            assert await db.fetchval(f"SELECT count(*) FROM {table} WHERE {column} = $1", lanes["free"]) == 0, table
+        assert await db.fetchval("SELECT count(*) FROM jobs WHERE lane = $1", lanes["pro"]) == 3
+    finally:
+        await db.close()
+

@@ -1,7 +1,7 @@
 """The queue is the product; the outreach example is one plug-in above it.
 
 Nothing below the plug-in imports it, and a deployment that names only its own stages
-gets none of its routes or commands."""
+gets none of its routes, commands or tables."""
 
 from __future__ import annotations
 
@@ -10,9 +10,14 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
+
+from app.engine.db import connect
+from app.engine.migrate import chain, migrate
+from app.outreach.plans import OWNERLESS_PLAN, PLANS
 
 REPO = Path(__file__).resolve().parent.parent
 QUEUE_MODULES = sorted(p for p in (REPO / "app").rglob("*.py") if "outreach" not in p.relative_to(REPO).parts)
@@ -65,9 +70,9 @@ def _probe(**env) -> dict:
 def test_a_deployment_with_only_its_own_stages_gets_nothing_of_the_example():
     mine = _probe(PIPELINE_PLUGINS="", PIPELINE_STAGES="tests.sample_stages:STAGES")
     assert mine["stages"] == ["echo"]
-    # The queue's own batch route is still addressed by lane id under /campaigns/{id}/batches
-    # (a lane is a campaign's id today); every route of the example is gone.
-    assert [p for p in mine["paths"] if "campaign" in p] == ["/campaigns/{campaign_id}/batches"]
+    # the queue's routes speak of lanes; every route of the example is gone
+    assert "/lanes/{lane_id}/batches" in mine["paths"]
+    assert [p for p in mine["paths"] if "campaign" in p] == []
     assert not {"campaign", "contacts", "plan"} & set(mine["commands"])
     assert mine["outreach_loaded"] == []  # not even imported
 
@@ -75,5 +80,24 @@ def test_a_deployment_with_only_its_own_stages_gets_nothing_of_the_example():
 def test_the_default_deployment_runs_the_example_plug_in():
     default = _probe()
     assert {"brief", "crawl", "extract", "draft"} <= set(default["stages"])
-    assert "/campaigns" in default["paths"]
+    assert {"/campaigns", "/campaigns/{campaign_id}/batches"} <= set(default["paths"])
     assert {"campaign", "contacts", "plan"} <= set(default["commands"])
+
+
+async def test_a_queue_without_the_plug_in_has_no_campaign_tables_until_it_names_it(new_database):
+    db = await connect(await new_database())
+    try:
+        assert await migrate(db, []) == [v for v, _ in chain([])]
+        tables = {r["tablename"] for r in await db.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+        assert {"jobs", "lanes", "batches", "users", "api_keys", "audit_log"} <= tables
+        assert not tables & {"campaigns", "subscriptions", "pages", "contacts", "drafts", "credit_ledger"}
+        # a plain INSERT names any lane; the queue makes its row, ownerless, priority 0
+        lane = uuid.uuid4()
+        await db.execute("INSERT INTO jobs (type, lane) VALUES ('t', $1)", lane)
+        assert tuple(await db.fetchrow("SELECT owner_id, priority, paused FROM lanes WHERE id = $1", lane)) \
+            == (None, 0, False)
+        # naming the plug-in later adds its chain only, and ranks the lanes already there
+        assert await migrate(db, ["outreach"]) == [v for v, _ in chain(["outreach"]) if v.startswith("outreach/")]
+        assert await db.fetchval("SELECT priority FROM lanes WHERE id = $1", lane) == PLANS[OWNERLESS_PLAN].priority
+    finally:
+        await db.close()

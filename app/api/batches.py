@@ -1,5 +1,6 @@
-"""Batches over HTTP: the orchestrator (POST /campaigns/{id}/batches), progress
-(GET /batches/{id}) and cancel. Thin over app.engine.batches."""
+"""Batches over HTTP: the orchestrator (POST /lanes/{id}/batches), progress
+(GET /batches/{id}) and cancel. Thin over app.engine.batches. A plug-in whose objects
+are lanes mounts the orchestrator under its own path with create_batch_in_lane."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from app.api.errors import ApiError
 from app.api.params import only_params
 from app.api.payloads import accepted_payload
 from app.engine import batches as engine
-from app.engine.batches import BatchRequest, CampaignNotFound
+from app.engine.batches import BatchRequest, LaneNotFound
 from app.pipeline import outcomes
 
 router = APIRouter(tags=["batches"])
@@ -64,7 +65,7 @@ class BatchJobOut(BaseModel):
 
 class BatchOut(BaseModel):
     id: uuid.UUID
-    campaignId: uuid.UUID
+    lane: uuid.UUID
     status: str
     jobs: int
     counts: BatchCounts
@@ -79,13 +80,21 @@ def _known_types(request: Request) -> list[str]:
     return [s.type for s in request.app.state.runtime.stages]
 
 
-@router.post("/campaigns/{campaign_id}/batches", status_code=201, response_model=BatchCreated,
-             dependencies=[Depends(only_params())],
-             responses={404: {"description": "no such campaign"},
-                        409: {"description": "ALL_DUPLICATE_JOBS: every requested type is in flight"},
-                        422: {"description": "an unknown job type or a malformed body"}})
-async def create_batch(campaign_id: uuid.UUID, body: BatchIn, request: Request):
-    """One job per requested type, skipping types that already have an open job in the campaign."""
+CREATE_RESPONSES = {404: {"description": "no such lane (or not yours)"},
+                    409: {"description": "ALL_DUPLICATE_JOBS: every requested type is in flight"},
+                    422: {"description": "an unknown job type or a malformed body"}}
+
+
+@router.post("/lanes/{lane_id}/batches", status_code=201, response_model=BatchCreated,
+             dependencies=[Depends(only_params())], responses=CREATE_RESPONSES)
+async def create_batch(lane_id: uuid.UUID, body: BatchIn, request: Request) -> JSONResponse:
+    """One job per requested type, skipping types that already have an open job in the lane."""
+    return await create_batch_in_lane(lane_id, body, request, "lane")
+
+
+async def create_batch_in_lane(lane: uuid.UUID, body: BatchIn, request: Request, noun: str) -> JSONResponse:
+    """The orchestrator: a batch of one job per requested type in the lane; `noun` names
+    the lane in answers (a plug-in's word for it)."""
     known = _known_types(request)
     unknown = sorted({j.type for j in body.jobs} - set(known))
     if unknown:
@@ -95,13 +104,13 @@ async def create_batch(campaign_id: uuid.UUID, body: BatchIn, request: Request):
     requests = [BatchRequest(j.type, accepted_payload(request, j.type, j.payload, ("body", "jobs", i, "payload")),
                              j.total) for i, j in enumerate(body.jobs)]
     try:
-        outcome = await engine.create_batch(await pool_of(request), campaign_id, requests)
-    except CampaignNotFound:
-        raise ApiError(404, "not_found", f"no campaign {campaign_id}") from None
+        outcome = await engine.create_batch(await pool_of(request), lane, requests)
+    except LaneNotFound:
+        raise ApiError(404, "not_found", f"no {noun} {lane}") from None
     skipped = {t: str(i) for t, i in outcome.skipped.items()}
     if outcome.batch_id is None:
         raise ApiError(409, "ALL_DUPLICATE_JOBS",
-                       "every requested job type already has an open job in this campaign",
+                       f"every requested job type already has an open job in this {noun}",
                        {"openJobs": skipped})
     return JSONResponse(status_code=201, content={
         "batchId": str(outcome.batch_id),
@@ -123,7 +132,7 @@ async def get_batch(batch_id: uuid.UUID, request: Request) -> dict[str, Any]:
         raise ApiError(404, "not_found", f"no batch {batch_id}")
     children = await engine.batch_jobs(pool, batch_id)
     return {
-        "id": row["id"], "campaignId": row["campaign_id"], "status": row["status"], "jobs": row["jobs"],
+        "id": row["id"], "lane": row["lane"], "status": row["status"], "jobs": row["jobs"],
         "counts": {k: row[k] for k in ("pending", "running", "done", "failed")},
         "total": row["total"], "progress": row["progress"] or 0,
         "createdAt": _iso(row["created_at"]), "finishedAt": _iso(row["finished_at"]),

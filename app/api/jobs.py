@@ -20,7 +20,7 @@ from app.api.pagination import ListQuery, Param, enum_param, uuid_param
 from app.api.payloads import accepted_payload
 from app.api.params import only_params
 from app.engine import job_admin
-from app.engine.jobs import NewJob, enqueue
+from app.engine.jobs import DEFAULT_LANE, NewJob, enqueue
 from app.pipeline import outcomes
 
 router = APIRouter(tags=["jobs"])
@@ -44,7 +44,7 @@ def _type_param() -> Param:
 JOB_LIST = ListQuery("jobs", [
     enum_param("status", "only jobs in this status", STATUSES),
     _type_param(),
-    uuid_param("campaign_id", "only jobs of this campaign"),
+    uuid_param("lane", "only jobs of this lane"),
     uuid_param("batch_id", "only jobs of this batch"),
 ])
 
@@ -61,7 +61,7 @@ class JobOut(BaseModel):
     lastError: str | None = Field(description="why the last attempt failed ('cancelled' for a cancelled job)")
     runId: uuid.UUID | None = Field(description="the run that holds, or last held, the job")
     batchId: uuid.UUID | None
-    campaignId: uuid.UUID | None
+    lane: uuid.UUID = Field(description="the fairness lane (all zeros: the default lane, work nobody owns)")
     total: int | None = Field(description="expected units of work, when the job said")
     progress: int | None = Field(description="units done so far, when the job said")
     createdAt: datetime
@@ -92,7 +92,11 @@ class JobIn(BaseModel):
     run_after: datetime | None = Field(
         None, description="not before this time (default now; no time zone: UTC; a time before 1970 "
                           "means now, one after 9999-01-01 is kept as 9999-01-01)")
-    campaign_id: uuid.UUID | None = Field(None, description="the campaign the work is for (fairness, plans)")
+    lane: uuid.UUID | None = Field(
+        None, description="the lane the work is for: what the fair claim ranks (priority, paused). A tenant "
+                          "names one of its own lanes (422 unknown_lane otherwise); an admin any lane, a new "
+                          "one made ownerless. Default: the all-zero lane of work nobody owns (admin keys "
+                          "only)")
 
     @field_validator("type", "dedupe_key")
     @classmethod
@@ -137,12 +141,13 @@ def job_json(r) -> dict[str, Any]:
         "id": str(r["id"]), "type": r["type"], "status": r["status"], "payload": r["payload"],
         "dedupeKey": r["dedupe_key"], "attempts": r["attempts"], "runAfter": _iso(r["run_after"]),
         "lockedAt": _iso(r["locked_at"]), "lastError": r["last_error"], "runId": _str(r["run_id"]),
-        "batchId": _str(r["batch_id"]), "campaignId": _str(r["campaign_id"]), "total": r["total"],
+        "batchId": _str(r["batch_id"]), "lane": str(r["lane"]), "total": r["total"],
         "progress": r["progress"], "createdAt": _iso(r["created_at"]), "finishedAt": _iso(r["finished_at"]),
     }
 
 
 _NOT_FOUND = {404: {"description": "no such job"}}
+
 LOCATION = {"description": "the job's URL, /jobs/{id}", "schema": {"type": "string"}}
 
 
@@ -157,7 +162,7 @@ async def list_jobs(request: Request) -> Response:
         f = page.filters
         rows = await job_admin.list_jobs(
             await pool_of(request),
-            job_admin.JobFilter(f["status"], f["type"], f["campaign_id"], f["batch_id"]),
+            job_admin.JobFilter(f["status"], f["type"], f["lane"], f["batch_id"]),
             page.after, page.limit + 1)
         return page.answer(rows, job_json, lambda r: (r["created_at"], r["id"]))
 
@@ -184,7 +189,7 @@ async def get_job(job_id: uuid.UUID, request: Request) -> Response:
                         409: {"description": "conflict: the open job holding the dedupe_key kept finishing "
                                              "between the insert and the read; send the request again"},
                         422: {"description": "unknown_job_type (the message names the known types), "
-                                             "unknown_campaign, or a malformed body"}})
+                                             "unknown_lane, or a malformed body"}})
 async def create_job(body: JobIn, request: Request) -> JSONResponse:
     """201 with the new job, or 200 with the open job that holds the same dedupe_key
     (the insert is the check: no read comes before it)."""
@@ -194,19 +199,19 @@ async def create_job(body: JobIn, request: Request) -> JSONResponse:
                        f"unknown job type {body.type[:100]!r}; the stages are: {', '.join(known)}",
                        {"unknown": [body.type], "known": known})
     pool = await pool_of(request)
-    if body.campaign_id is not None and await job_admin.get_campaign_ref(pool, body.campaign_id) is None:
-        # not there, or another tenant's (row-level security hides it): the same answer
-        raise ApiError(422, "unknown_campaign", f"no campaign {body.campaign_id}",
-                       {"campaign_id": str(body.campaign_id)})
+    lane = body.lane or DEFAULT_LANE
+    if body.lane is not None and not request.state.actor.is_admin \
+            and await job_admin.visible_lane(pool, lane) is None:
+        # not there, or another tenant's (row-level security hides it): the same answer.
+        # An admin's job makes its lane, ownerless, as a plain INSERT does; a tenant's
+        # job without a lane is ownerless work, which row-level security refuses (403).
+        raise ApiError(422, "unknown_lane", f"no lane {lane}", {"lane": str(lane)})
     payload = accepted_payload(request, body.type, body.payload, ("body", "payload"))
-    new = NewJob(type=body.type, payload=payload, dedupe_key=body.dedupe_key,
-                 campaign_id=body.campaign_id, run_after=body.run_after)
+    new = NewJob(type=body.type, payload=payload, dedupe_key=body.dedupe_key, lane=lane,
+                 run_after=body.run_after)
     for _ in range(5):
         try:
             job_id = await enqueue(pool, new)
-        except asyncpg.ForeignKeyViolationError:
-            raise ApiError(422, "unknown_campaign", f"no campaign {body.campaign_id}",
-                           {"campaign_id": str(body.campaign_id)}) from None
         except asyncpg.DataError as exc:
             raise ApiError(422, "invalid_value", f"the database refused a value: {exc}") from None
         if job_id is not None:
@@ -215,7 +220,7 @@ async def create_job(body: JobIn, request: Request) -> JSONResponse:
                                 headers={"Location": f"/jobs/{job_id}"})
         # the dedupe key is held by an open job: that one is the answer (if it finished
         # in between, the key is free again and the insert goes through next time)
-        row = await job_admin.open_job_by_dedupe_key(pool, body.dedupe_key, body.campaign_id)
+        row = await job_admin.open_job_by_dedupe_key(pool, body.dedupe_key, lane)
         if row is not None:
             return JSONResponse({"created": False, "job": job_json(row)}, status_code=200,
                                 headers={"Location": f"/jobs/{row['id']}"})
@@ -241,7 +246,7 @@ async def retry_job(job_id: uuid.UUID, request: Request) -> JSONResponse:
         row = await job_admin.retry_job(pool, job_id)
     except job_admin.DedupeKeyTaken:
         current = await _current(pool, job_id)
-        holder = await job_admin.open_job_by_dedupe_key(pool, current["dedupe_key"], current["campaign_id"])
+        holder = await job_admin.open_job_by_dedupe_key(pool, current["dedupe_key"], current["lane"])
         raise ApiError(409, "dedupe_key_taken",
                        f"another open job ({holder['id'] if holder else 'unknown'}) has this job's dedupe key "
                        f"{current['dedupe_key']!r}; retry this one when that one has finished",

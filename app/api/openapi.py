@@ -80,11 +80,13 @@ def _add_error(responses: dict[str, Any], status: str, description: str) -> None
         responses[status] = {"description": description}
 
 
-# The routes that need an API key and see only the key's tenant (auth.py).
-TENANT_PREFIXES = ("/campaigns", "/batches", "/jobs", "/runs", "/audit")
+# The queue's routes that need an API key and see only the key's tenant (auth.py); the
+# plug-ins' routes are tenant routes too.
+TENANT_PREFIXES = ("/lanes", "/batches", "/jobs", "/runs", "/audit")
 
 
-def _complete_operation(path: str, method: str, op: dict[str, Any], settings: Settings) -> None:
+def _complete_operation(path: str, method: str, op: dict[str, Any], settings: Settings,
+                        tenant: bool) -> None:
     responses = op.setdefault("responses", {})
     health = path.startswith(UNLIMITED_PREFIXES)
     for status in ("400", "405", "500"):
@@ -99,7 +101,7 @@ def _complete_operation(path: str, method: str, op: dict[str, Any], settings: Se
         responses["429"].setdefault("headers", {}).update(RETRY_AFTER)
     if op.get("parameters") or op.get("requestBody"):
         _add_error(responses, "422", "invalid_request: a path parameter or the body is malformed")
-    if path.startswith(TENANT_PREFIXES):
+    if tenant:
         op["security"] = [{"apiKey": []}]
         _add_error(responses, "401", "unauthorized: missing, unknown, revoked or malformed "
                                      "Authorization: Bearer <API key>")
@@ -148,11 +150,7 @@ LINKS = [
      {"job_id": "$response.body#/job/id"}),
     (("/jobs/{job_id}/cancel", "post", ("200",)), [("/jobs/{job_id}/retry", "post")], {"job_id": "$response.body#/id"}),
     (("/jobs/{job_id}/retry", "post", ("200",)), [("/jobs/{job_id}/cancel", "post")], {"job_id": "$response.body#/id"}),
-    (("/campaigns", "post", ("201",)),
-     [("/campaigns/{campaign_id}", "get"), ("/campaigns/{campaign_id}/contacts", "get"),
-      ("/campaigns/{campaign_id}/batches", "post")],
-     {"campaign_id": "$response.body#/id"}),
-    (("/campaigns/{campaign_id}/batches", "post", ("201",)),
+    (("/lanes/{lane_id}/batches", "post", ("201",)),
      [("/batches/{batch_id}", "get"), ("/batches/{batch_id}/cancel", "post")],
      {"batch_id": "$response.body#/batchId"}),
 ]
@@ -216,12 +214,14 @@ def build_openapi(app: FastAPI, runtime: Runtime) -> dict[str, Any]:
         "type": "http", "scheme": "bearer", "description": "CRON_SECRET"}
     components["securitySchemes"]["apiKey"] = {
         "type": "http", "scheme": "bearer",
-        "description": "an API key (slk_...): python -m app key create EMAIL; it sees its owner's rows, "
+        "description": "an API key (slk_...): skiplock key create EMAIL; it sees its owner's rows, "
                        "an admin key every tenant's"}
+    plugin_paths = {route.path for p in runtime.plugins for router in p.routers for route in router.routes}
     for path, item in schema.get("paths", {}).items():
         for method, op in item.items():
             if isinstance(op, dict) and "responses" in op:
-                _complete_operation(path, method, op, settings)
+                _complete_operation(path, method, op, settings,
+                                    tenant=path.startswith(TENANT_PREFIXES) or path in plugin_paths)
                 for param in op.get("parameters", []):
                     which = param.get("schema", {}).pop(JOB_TYPES_MARK, None)
                     if which in types and types[which]:

@@ -182,8 +182,8 @@ class ListQuery:
                 raise ApiError(400, "invalid_parameter", f"{p.name}: {exc}", {"parameter": p.name}) from None
         raw_limit = single(request, "limit")
         limit = settings.page_size_default if raw_limit is None else parse_limit(raw_limit, settings)
-        # path parameters (a campaign's id, say) belong to the listing too: a cursor made
-        # for one campaign's contacts is foreign to another's
+        # path parameters (a lane's id, say) belong to the listing too: a cursor made
+        # for one lane's rows is foreign to another's
         scope = scope_digest({**{f"path:{k}": v for k, v in request.path_params.items()}, **values})
         key = cursor_key(settings)
         raw_cursor = single(request, "cursor")

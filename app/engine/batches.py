@@ -1,5 +1,5 @@
-"""Batches: a person's request for a set of work on one campaign, and its status
-derived from its children."""
+"""Batches: a person's request for a set of work in one lane, and its status derived
+from its children."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from app.engine.jobs import Job, NewJob, enqueue_many_rows
 from app.engine.queries import query
 
 
-class CampaignNotFound(Exception):
-    pass
+class LaneNotFound(Exception):
+    """No such lane, or not the caller's (row-level security hides it): the same answer."""
 
 
 @dataclass
@@ -31,26 +31,27 @@ class BatchOutcome:
     skipped: dict[str, uuid.UUID]         # type -> the open job that made it a duplicate
 
 
-async def create_batch(pool, campaign_id: uuid.UUID, requests: list[BatchRequest]) -> BatchOutcome:
-    """One job per requested type, skipping types with an open job in the campaign.
+async def create_batch(pool, lane: uuid.UUID, requests: list[BatchRequest]) -> BatchOutcome:
+    """One job per requested type, skipping types with an open job in the lane. The lane
+    must exist and be visible to the caller (LaneNotFound).
 
-    Requests for one campaign are serialised by an advisory lock, so two identical
+    Requests for one lane are serialised by an advisory lock, so two identical
     requests at once create one set of jobs."""
     by_type: dict[str, BatchRequest] = {}
     for r in requests:
         by_type.setdefault(r.type, r)  # one job per type: the first asked wins
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(query("campaign_lock"), campaign_id)
-        if await conn.fetchval(query("campaign_status"), campaign_id) is None:
-            raise CampaignNotFound(campaign_id)
-        open_rows = await conn.fetch(query("open_jobs_of_types"), campaign_id, list(by_type))
+        await conn.execute(query("lane_lock"), lane)
+        if await conn.fetchval(query("lane_visible"), lane) is None:
+            raise LaneNotFound(lane)
+        open_rows = await conn.fetch(query("open_jobs_of_types"), lane, list(by_type))
         skipped = {r["type"]: r["id"] for r in open_rows}
         wanted = [r for t, r in by_type.items() if t not in skipped]
         if not wanted:
             return BatchOutcome(None, {}, skipped)
-        batch_id = await conn.fetchval(query("batch_insert"), campaign_id)
+        batch_id = await conn.fetchval(query("batch_insert"), lane)
         rows = await enqueue_many_rows(conn, [
-            NewJob(type=r.type, payload=r.payload, campaign_id=campaign_id, batch_id=batch_id,
+            NewJob(type=r.type, payload=r.payload, lane=lane, batch_id=batch_id,
                    total=r.total) for r in wanted])
         return BatchOutcome(batch_id, {r["type"]: r["id"] for r in rows}, skipped)
 

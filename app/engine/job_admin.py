@@ -18,14 +18,14 @@ Keyset = tuple[datetime, uuid.UUID]
 class JobFilter:
     status: str | None = None
     type: str | None = None
-    campaign_id: uuid.UUID | None = None
+    lane: uuid.UUID | None = None
     batch_id: uuid.UUID | None = None
 
 
 async def list_jobs(db, where: JobFilter, after: Keyset | None, limit: int) -> list[asyncpg.Record]:
     """Newest first over (created_at, id), strictly after the keyset `after` when given."""
     at, last_id = after if after else (None, None)
-    return await db.fetch(query("jobs_list"), where.status, where.type, where.campaign_id,
+    return await db.fetch(query("jobs_list"), where.status, where.type, where.lane,
                           where.batch_id, at, last_id, limit)
 
 
@@ -33,9 +33,9 @@ async def get_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
     return await db.fetchrow(query("job_get"), job_id)
 
 
-async def open_job_by_dedupe_key(db, dedupe_key: str, campaign_id: uuid.UUID | None) -> asyncpg.Record | None:
-    """Dedupe keys are unique per lane (the campaign, or ownerless work)."""
-    return await db.fetchrow(query("job_open_by_dedupe"), dedupe_key, campaign_id)
+async def open_job_by_dedupe_key(db, dedupe_key: str, lane: uuid.UUID | None) -> asyncpg.Record | None:
+    """Dedupe keys are unique per lane (None: the default lane)."""
+    return await db.fetchrow(query("job_open_by_dedupe"), dedupe_key, lane)
 
 
 async def cancel_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
@@ -59,6 +59,15 @@ async def retry_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
         raise DedupeKeyTaken(job_id) from None
 
 
-async def get_campaign_ref(db, campaign_id: uuid.UUID) -> uuid.UUID | None:
-    """The campaign's id if the caller can see it (under row-level security: its own)."""
-    return await db.fetchval(query("campaign_visible"), campaign_id)
+async def visible_lane(db, lane: uuid.UUID) -> uuid.UUID | None:
+    """The lane's id if it exists and the caller can see it (under row-level security: a
+    tenant, its own lanes; an admin, every lane)."""
+    return await db.fetchval(query("lane_visible"), lane)
+
+
+async def retry_failed_jobs(db, *, type_: str | None = None, within_seconds: float | None = None,
+                            cancelled: bool = False) -> list[asyncpg.Record]:
+    """Every failed job (of `type_`, finished in the last `within_seconds`; cancelled ones
+    only when asked) back to pending in one statement: (id, type) of each. Jobs whose
+    dedupe key an open job holds stay failed."""
+    return await db.fetch(query("jobs_retry_failed"), type_, within_seconds, cancelled)

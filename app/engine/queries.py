@@ -27,8 +27,3 @@ def queries_of(plugin: str):
         return _read(folder, name)
     return plugin_query
 
-
-def migrations() -> list[tuple[str, str]]:
-    """(version, sql) for each migration file, in order."""
-    files = sorted((SQL_DIR / "migrations").glob("*.sql"))
-    return [(f.stem, f.read_text()) for f in files]

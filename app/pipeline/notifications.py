@@ -37,11 +37,12 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
     return "sha256=" + mac.hexdigest()
 
 
-async def _enqueue(db, settings, campaign_id: uuid.UUID | None, event: str, key: str,
+async def _enqueue(db, settings, lane: uuid.UUID, event: str, key: str,
                    data: dict[str, Any]) -> uuid.UUID | None:
+    """A notification job, to the lane owner's webhook URL, else the global one."""
     if settings is None or settings.webhook_secret is None:
         return None
-    url = await db.fetchval(query("owner_webhook"), campaign_id) if campaign_id else None
+    url = await db.fetchval(query("owner_webhook"), lane)
     url = url or settings.webhook_url
     if not url:
         return None
@@ -52,15 +53,15 @@ async def _enqueue(db, settings, campaign_id: uuid.UUID | None, event: str, key:
 async def job_gave_up(db, settings, job: Job, error: str) -> None:
     if job.type == NOTIFY_TYPE:
         return  # a notification that cannot be delivered is not itself notified
-    await _enqueue(db, settings, job.campaign_id, "job.failed", str(job.id), {
-        "jobId": str(job.id), "type": job.type, "campaignId": str(job.campaign_id or "") or None,
+    await _enqueue(db, settings, job.lane, "job.failed", str(job.id), {
+        "jobId": str(job.id), "type": job.type, "lane": str(job.lane),
         "batchId": str(job.batch_id) if job.batch_id else None, "attempts": job.attempts,
         "error": error})
 
 
-async def batch_finished(db, settings, batch_id: uuid.UUID, campaign_id: uuid.UUID, status: str) -> None:
-    await _enqueue(db, settings, campaign_id, "batch.finished", str(batch_id), {
-        "batchId": str(batch_id), "campaignId": str(campaign_id), "status": status})
+async def batch_finished(db, settings, batch_id: uuid.UUID, lane: uuid.UUID, status: str) -> None:
+    await _enqueue(db, settings, lane, "batch.finished", str(batch_id), {
+        "batchId": str(batch_id), "lane": str(lane), "status": status})
 
 
 def _retry_after(value: str | None) -> datetime | None:

@@ -11,7 +11,7 @@ WITH b AS (
     SET status = 'failed', finished_at = now(), last_error = 'cancelled with its batch'
     FROM b
     WHERE jobs.batch_id = b.id AND jobs.status = 'pending'
-    RETURNING jobs.id, jobs.type, jobs.payload, jobs.attempts, jobs.campaign_id, jobs.run_id,
+    RETURNING jobs.id, jobs.type, jobs.payload, jobs.attempts, jobs.lane, jobs.run_id,
               jobs.batch_id, jobs.dedupe_key, jobs.created_at
 )
 SELECT (SELECT count(*) FROM b) = 1 AS cancelled, j.*

@@ -1,5 +1,5 @@
 -- A batch with its children counted by status and its progress summed, for a progress bar.
-SELECT b.id, b.campaign_id, b.status, b.created_at, b.updated_at, b.finished_at,
+SELECT b.id, b.lane, b.status, b.created_at, b.updated_at, b.finished_at,
        count(j.id)::int                                    AS jobs,
        count(*) FILTER (WHERE j.status = 'pending')::int   AS pending,
        count(*) FILTER (WHERE j.status = 'running')::int   AS running,

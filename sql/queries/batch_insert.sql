@@ -1,1 +1,1 @@
-INSERT INTO batches (campaign_id) VALUES ($1) RETURNING id
+INSERT INTO batches (lane) VALUES ($1) RETURNING id

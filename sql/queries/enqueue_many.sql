@@ -1,9 +1,11 @@
 -- Enqueue many jobs in one statement, from parallel arrays. Duplicates of an open
 -- job (or of an earlier row in the same call) are skipped; the new rows come back.
-INSERT INTO jobs (type, payload, dedupe_key, campaign_id, run_after, batch_id, total)
-SELECT u.type, coalesce(u.payload, '{}'), u.dedupe_key, u.campaign_id, coalesce(u.run_after, now()),
+-- A NULL lane is the default (all-zero) lane.
+INSERT INTO jobs (type, payload, dedupe_key, lane, run_after, batch_id, total)
+SELECT u.type, coalesce(u.payload, '{}'), u.dedupe_key,
+       coalesce(u.lane, '00000000-0000-0000-0000-000000000000'), coalesce(u.run_after, now()),
        u.batch_id, u.total
 FROM unnest($1::text[], $2::jsonb[], $3::text[], $4::uuid[], $5::timestamptz[], $6::uuid[], $7::int[])
-     AS u(type, payload, dedupe_key, campaign_id, run_after, batch_id, total)
+     AS u(type, payload, dedupe_key, lane, run_after, batch_id, total)
 ON CONFLICT (lane, dedupe_key) WHERE status IN ('pending', 'running') DO NOTHING
 RETURNING id, type

@@ -9,4 +9,4 @@ SET status      = CASE WHEN attempts >= $4 THEN 'failed' ELSE 'pending' END,
     locked_at   = NULL,
     last_error  = $3
 WHERE id = $1 AND run_id = $2 AND status = 'running'
-RETURNING id, type, payload, attempts, campaign_id, run_id, batch_id, dedupe_key, created_at, status, run_after
+RETURNING id, type, payload, attempts, lane, run_id, batch_id, dedupe_key, created_at, status, run_after

@@ -6,4 +6,4 @@ SET status = 'failed', finished_at = now(), locked_at = NULL,
 WHERE id = $1 AND type = $2 AND status = 'running'
   AND locked_at < now() - make_interval(secs => $3)
   AND attempts >= $4
-RETURNING id, type, payload, attempts, campaign_id, run_id, batch_id, dedupe_key, created_at
+RETURNING id, type, payload, attempts, lane, run_id, batch_id, dedupe_key, created_at

@@ -5,4 +5,4 @@ UPDATE jobs
 SET status = 'failed', last_error = 'cancelled', finished_at = now(), locked_at = NULL
 WHERE id = $1 AND status = 'pending'
 RETURNING id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
-          run_id, batch_id, campaign_id, total, progress, created_at, finished_at
+          run_id, batch_id, lane, total, progress, created_at, finished_at

@@ -1,5 +1,5 @@
--- The oldest open job of each requested type in a campaign.
+-- The oldest open job of each requested type in a lane.
 SELECT DISTINCT ON (type) id, type
 FROM jobs
-WHERE campaign_id = $1 AND type = ANY ($2::text[]) AND status IN ('pending', 'running')
+WHERE lane = $1 AND type = ANY ($2::text[]) AND status IN ('pending', 'running')
 ORDER BY type, created_at

@@ -27,4 +27,4 @@ SET status = next.status, updated_at = now(),
     finished_at = CASE WHEN next.finished THEN now() END
 FROM next
 WHERE b.id = next.batch_id AND b.status IN ('pending', 'running') AND b.status <> next.status
-RETURNING b.id, b.campaign_id, b.status, next.finished
+RETURNING b.id, b.lane, b.status, next.finished

@@ -46,11 +46,11 @@ async def test_jobs_page_newest_first_and_filters_apply(make_client, pool):
     client = await make_client(stages=[Recorder("record").stage, Recorder("export").stage])
     c = await f.campaign(pool)
     old = await f.jobs(pool, "record", 5)
-    mine = await f.jobs(pool, "export", 4, campaign_id=c, start=datetime.now(timezone.utc) - timedelta(minutes=5))
+    mine = await f.jobs(pool, "export", 4, lane=c, start=datetime.now(timezone.utc) - timedelta(minutes=5))
     everything = await page_through(client, "/jobs?limit=2")
     assert [r["id"] for r in everything] == [str(i) for i in reversed(old + mine)]
     assert keys(everything) == sorted(keys(everything), reverse=True)
-    only = await page_through(client, f"/jobs?campaign_id={c}&type=export&status=pending&limit=3")
+    only = await page_through(client, f"/jobs?lane={c}&type=export&status=pending&limit=3")
     assert [r["id"] for r in only] == [str(i) for i in reversed(mine)]
     assert (await client.get("/jobs?status=done")).json() == {"data": [], "nextCursor": None}
     # the last page says so: exactly `limit` rows left gives no further cursor
@@ -190,7 +190,7 @@ async def test_unknown_and_bad_parameters_on_list_routes_are_400(make_client, ro
     ("/jobs?status=cancelled", "pending, running, done, failed"),
     ("/jobs?status=", "pending"),
     ("/jobs?type=nope", "record"),
-    ("/jobs?campaign_id=12", "UUID"),
+    ("/jobs?lane=12", "UUID"),
     ("/jobs?batch_id=x", "UUID"),
     ("/runs?stop_reason=crashed", "no_work"),
     ("/runs?trigger=a%20b", "letters"),

@@ -55,7 +55,7 @@ async def make_tenant(pool, email: str, admin: bool = False) -> Tenant:
     key = await f.api_key(pool, email, admin=admin, plan="standard")
     actor = await accounts.authenticate(pool, key)
     campaign = await f.campaign(pool, actor.user_id, name=email)
-    [job] = await f.jobs(pool, "draft", 1, campaign_id=campaign)
+    [job] = await f.jobs(pool, "draft", 1, lane=campaign)
     assert await allowances.charge_credit(pool, campaign, job, 10) == allowances.CHARGED
     await pool.execute("INSERT INTO quota_user_ledger (user_id, day, spent) VALUES ($1, current_date, 7)",
                        actor.user_id)
@@ -93,7 +93,7 @@ async def test_a_tenant_that_calls_itself_admin_in_a_setting_sees_only_its_own_r
         assert await conn.fetchval("SELECT current_user") == "skiplock_api"
         assert await conn.fetchval("SELECT app_is_admin()") is False
         assert await visible_campaigns(conn) == {a.campaign}
-        assert {r["campaign_id"] for r in await conn.fetch("SELECT campaign_id FROM jobs")} == {a.campaign}
+        assert {r["lane"] for r in await conn.fetch("SELECT lane FROM jobs")} == {a.campaign}
         assert await conn.fetchval("SELECT count(*) FROM runs") == 0
         assert await conn.fetchval("SELECT count(*) FROM users") == 1
 
@@ -178,7 +178,7 @@ async def test_the_refund_function_gives_back_only_what_is_owed(pool, tenants):
     a, b = tenants
     running = a.job
     await pool.execute("UPDATE jobs SET status = 'running', locked_at = now() WHERE id = $1", running)
-    [delivered] = await f.jobs(pool, "draft", 1, campaign_id=a.campaign)
+    [delivered] = await f.jobs(pool, "draft", 1, lane=a.campaign)
     await allowances.charge_credit(pool, a.campaign, delivered, 10)
     contact = await pool.fetchval(
         "INSERT INTO contacts (campaign_id, kind, value, page_url) VALUES ($1, 'email', 'x@a.example', 'https://a/') "

@@ -19,7 +19,7 @@ from app.engine.tenancy import tenant_transaction
 from app.pipeline.loop import Pipeline
 from tests import factories as f
 
-TENANT_PREFIXES = ("/campaigns", "/batches", "/jobs", "/runs", "/audit")
+TENANT_PREFIXES = ("/campaigns", "/lanes", "/batches", "/jobs", "/runs", "/audit")
 
 
 @dataclass
@@ -47,7 +47,7 @@ async def make_tenant(pool, email: str) -> Tenant:
     key = await f.api_key(pool, email, plan="standard")
     user_id = await pool.fetchval("SELECT id FROM users WHERE email = $1", email)
     campaign = await f.campaign(pool, user_id, name=email)
-    pending, failed = await f.jobs(pool, "record", 2, campaign_id=campaign)
+    pending, failed = await f.jobs(pool, "record", 2, lane=campaign)
     await pool.execute("UPDATE jobs SET status = 'failed', attempts = 3, finished_at = now(), "
                        "last_error = 'boom' WHERE id = $1", failed)
     batch = (await create_batch(pool, campaign, [BatchRequest("export")])).batch_id
@@ -75,14 +75,14 @@ async def client(make_client):
 
 async def snapshot(pool, t: Tenant):
     rows = await pool.fetch("SELECT id, status, attempts, run_after, last_error FROM jobs "
-                            "WHERE campaign_id = $1 ORDER BY id", t.campaign)
+                            "WHERE lane = $1 ORDER BY id", t.campaign)
     campaign = await pool.fetchrow("SELECT * FROM campaigns WHERE id = $1", t.campaign)
     batch = await pool.fetchrow("SELECT status FROM batches WHERE id = $1", t.batch)
     return [tuple(r) for r in rows], dict(campaign), dict(batch)
 
 
 def fill(template: str, other: Tenant) -> str:
-    ids = {"campaign_id": other.campaign, "job_id": other.pending_job, "batch_id": other.batch,
+    ids = {"campaign_id": other.campaign, "lane_id": other.campaign, "job_id": other.pending_job, "batch_id": other.batch,
            "run_id": None}
 
     def one(match: re.Match) -> str:
@@ -97,11 +97,11 @@ def bodies(method: str, template: str, other: Tenant) -> list[dict | None]:
     if method != "post":
         return [None]
     if template == "/jobs":
-        return [{"type": "record", "campaign_id": str(other.campaign)},
-                {"type": "record", "campaign_id": str(other.campaign), "dedupe_key": "probe"}]
+        return [{"type": "record", "lane": str(other.campaign)},
+                {"type": "record", "lane": str(other.campaign), "dedupe_key": "probe"}]
     if template == "/campaigns":
         return [{"url": "https://b.example/", "owner": other.email}]
-    if template == "/campaigns/{campaign_id}/batches":
+    if template in ("/campaigns/{campaign_id}/batches", "/lanes/{lane_id}/batches"):
         return [{"jobs": [{"type": "record"}]}]
     return [None]
 
@@ -109,8 +109,8 @@ def bodies(method: str, template: str, other: Tenant) -> list[dict | None]:
 def queries(op: dict, other: Tenant) -> list[dict]:
     names = {p["name"] for p in op.get("parameters", []) if p.get("in") == "query"}
     out = [{}]
-    if "campaign_id" in names:
-        out.append({"campaign_id": str(other.campaign)})
+    if "lane" in names:
+        out.append({"lane": str(other.campaign)})
     if "batch_id" in names:
         out.append({"batch_id": str(other.batch)})
     return out
@@ -144,18 +144,18 @@ async def test_every_route_with_a_key_and_another_tenants_ids_finds_nothing(clie
                         assert r.status_code in (403, 404, 409, 422), (where, r.status_code, r.text)
     assert tried >= 15
     assert await snapshot(pool, b) == before
-    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE campaign_id = $1", b.campaign) == 3
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE lane = $1", b.campaign) == 3
 
 
 async def test_lists_show_only_the_callers_rows(client, pool, two_tenants):
     a, b = two_tenants
     jobs = (await client.get("/jobs", headers=a.headers)).json()["data"]
-    assert {j["campaignId"] for j in jobs} == {str(a.campaign)}
+    assert {j["lane"] for j in jobs} == {str(a.campaign)}
     assert (await client.get("/runs", headers=a.headers)).json()["data"] == []  # the operator's view
     assert (await client.get(f"/campaigns/{a.campaign}/contacts", headers=a.headers)).status_code == 200
     assert (await client.get("/audit", headers=a.headers)).status_code == 403
     admin = {"Authorization": f"Bearer {await f.api_key(pool, 'root@ops.example', admin=True)}"}
-    seen = {j["campaignId"] for j in (await client.get("/jobs?limit=200", headers=admin)).json()["data"]}
+    seen = {j["lane"] for j in (await client.get("/jobs?limit=200", headers=admin)).json()["data"]}
     assert {str(a.campaign), str(b.campaign)} <= seen
     assert len((await client.get("/runs", headers=admin)).json()["data"]) == 1
 
@@ -166,7 +166,7 @@ async def test_an_unfiltered_query_in_a_tenant_transaction_returns_only_its_rows
     assert actor.user_id == a.user_id
     async with tenant_transaction(pool, actor) as conn:
         # deliberately no WHERE: row-level security is the filter
-        assert {r["campaign_id"] for r in await conn.fetch("SELECT campaign_id FROM jobs")} == {a.campaign}
+        assert {r["lane"] for r in await conn.fetch("SELECT lane FROM jobs")} == {a.campaign}
         assert [r["id"] for r in await conn.fetch("SELECT id FROM campaigns")] == [a.campaign]
         assert [r["id"] for r in await conn.fetch("SELECT id FROM contacts")] == [a.contact]
         assert [r["email"] for r in await conn.fetch("SELECT email FROM users")] == [a.email]
@@ -175,7 +175,7 @@ async def test_an_unfiltered_query_in_a_tenant_transaction_returns_only_its_rows
         # and a write aimed at another tenant's row changes nothing
         assert await conn.execute("UPDATE campaigns SET status = 'paused' WHERE id = $1", b.campaign) == "UPDATE 0"
         with pytest.raises(asyncpg.InsufficientPrivilegeError):
-            await conn.execute("INSERT INTO jobs (type, campaign_id) VALUES ('record', $1)", b.campaign)
+            await conn.execute("INSERT INTO jobs (type, lane) VALUES ('record', $1)", b.campaign)
 
 
 async def test_revoked_and_malformed_keys_are_401(client, pool, two_tenants):
@@ -199,8 +199,11 @@ async def test_a_pooled_connection_carries_nothing_after_a_request(make_client, 
     client = await make_client(make_settings(dsn, db_pool_size=1), stages=[Recorder("record").stage],
                                api_key=False)
     assert (await client.get("/jobs", headers=a.headers)).status_code == 200
-    assert (await client.post("/jobs", json={"type": "record", "campaign_id": str(a.campaign)},
+    assert (await client.post("/jobs", json={"type": "record", "lane": str(a.campaign)},
                               headers=a.headers)).status_code == 201
+    # a lane that is nobody's yet is not a tenant's to make
+    nowhere = await client.post("/jobs", json={"type": "record", "lane": str(uuid.uuid4())}, headers=a.headers)
+    assert nowhere.status_code == 422 and nowhere.json()["error"]["code"] == "unknown_lane"
     runtime = client._transport.app.state.runtime
     async with (await runtime.pool()).acquire() as conn:  # the one connection those requests used
         row = await conn.fetchrow(
@@ -217,7 +220,7 @@ async def test_audit_records_who_changed_what(client, pool, two_tenants):
     await pool.execute("TRUNCATE audit_log")
     made = await client.post("/campaigns", json={"url": "https://a2.example/"}, headers=a.headers)
     assert made.status_code == 201, made.text
-    enq = await client.post("/jobs", json={"type": "record", "campaign_id": str(a.campaign)}, headers=a.headers)
+    enq = await client.post("/jobs", json={"type": "record", "lane": str(a.campaign)}, headers=a.headers)
     retried = await client.post(f"/jobs/{a.failed_job}/retry", headers=a.headers)
     cancelled = await client.post(f"/jobs/{a.pending_job}/cancel", headers=a.headers)
     assert (enq.status_code, retried.status_code, cancelled.status_code) == (201, 200, 200)

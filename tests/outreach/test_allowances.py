@@ -37,7 +37,7 @@ async def test_allowances_come_from_the_campaigns_plan(pool, site):
     for cid in (free, pro):
         await use_today(pool, cid, pages=PLANS["free"].daily_pages)
     await run(pool, "cron")
-    briefs = {r["campaign_id"]: r for r in await pool.fetch("SELECT * FROM jobs WHERE type = 'brief'")}
+    briefs = {r["lane"]: r for r in await pool.fetch("SELECT * FROM jobs WHERE type = 'brief'")}
     assert briefs[free]["status"] == "pending"  # free's 50 pages are used up
     assert briefs[pro]["status"] == "done"      # pro allows more
 
@@ -50,7 +50,7 @@ async def contact_with_draft_job(pool, site, plan="free"):
         "INSERT INTO contacts (campaign_id, kind, value, handle, page_url) "
         "VALUES ($1, 'email', 'sam@acme.test', 'sam', $2) RETURNING id", cid, site.url + "/contacts")
     job = await pool.fetchval(
-        "INSERT INTO jobs (type, campaign_id, payload, dedupe_key) VALUES ('draft', $1, $2, $3) RETURNING id",
+        "INSERT INTO jobs (type, lane, payload, dedupe_key) VALUES ('draft', $1, $2, $3) RETURNING id",
         cid, {"contact_id": str(contact)}, f"draft:{contact}")
     return cid, contact, job
 
@@ -101,7 +101,7 @@ async def test_a_draft_that_gives_up_is_charged_once_and_refunded_once(pool, sit
 def as_job(row):
     from app.engine.jobs import Job
     return Job(id=row["id"], type=row["type"], payload=row["payload"], attempts=row["attempts"],
-               campaign_id=row["campaign_id"], run_id=row["run_id"])
+               lane=row["lane"], run_id=row["run_id"])
 
 
 async def test_a_draft_stuck_on_its_last_attempt_is_swept_and_refunded_once(pool, site):

@@ -37,7 +37,7 @@ ANNS_ROWS = {
     "briefs": "SELECT to_jsonb(t)::text AS row FROM briefs t WHERE campaign_id = $1",
     "credit_ledger": "SELECT to_jsonb(t)::text AS row FROM credit_ledger t WHERE campaign_id = $1",
     "campaign_usage": "SELECT to_jsonb(t)::text AS row FROM campaign_usage t WHERE campaign_id = $1",
-    "jobs": "SELECT to_jsonb(t)::text AS row FROM jobs t WHERE campaign_id = $1",
+    "jobs": "SELECT to_jsonb(t)::text AS row FROM jobs t WHERE lane = $1",
     "quota_user_ledger": "SELECT to_jsonb(t)::text AS row FROM quota_user_ledger t "
                          "WHERE user_id = (SELECT user_id FROM campaigns WHERE id = $1)",
 }
@@ -134,7 +134,7 @@ async def test_bobs_jobs_naming_anns_rows_change_nothing_of_hers(pool, site, bob
     draft_id = await pool.fetchval("SELECT id FROM drafts WHERE contact_id = $1", drafted)
     # Ann's own retries wait a day, so nothing of hers is due while Bob's jobs run
     await pool.execute("UPDATE jobs SET run_after = now() + interval '1 day' "
-                       "WHERE campaign_id = $1 AND status = 'pending'", ann)
+                       "WHERE lane = $1 AND status = 'pending'", ann)
 
     before = await snapshot(pool, ann)
     assert all(before.values())  # she has rows in every one of them
@@ -166,7 +166,7 @@ async def test_bobs_jobs_naming_anns_rows_change_nothing_of_hers(pool, site, bob
          f"contact {drafted} is not in this job's campaign"),
         ("draft", {"contact_id": "nope"}, bob, "draft jobs need a contact_id (a UUID) in their payload, not 'nope'"),
         ("brief", every, bob, None),  # the payload cannot point the brief at another campaign
-        ("crawl", every, None, "crawl jobs need a campaign (campaign_id); this one has none"),
+        ("crawl", every, None, "crawl jobs need a campaign (its lane); this one has none"),
         ("crawl", {"url": f"{u}/limited"}, None, "crawl jobs need a campaign"),
         ("extract", every, None, "extract jobs need a campaign"),
         ("draft", every, None, "draft jobs need a campaign"),
@@ -176,20 +176,20 @@ async def test_bobs_jobs_naming_anns_rows_change_nothing_of_hers(pool, site, bob
     assert {t for t, *_ in plain} == {t for t, *_ in odd} == {s.type for s in STAGES}  # every job type
     bob_auth = {"Authorization": f"Bearer {bobs_key}"}
     # Bob cannot put a job in Ann's campaign at all (the API's check) ...
-    r = await bobs_api.post("/jobs", headers=bob_auth, json={"type": "crawl", "campaign_id": str(ann),
+    r = await bobs_api.post("/jobs", headers=bob_auth, json={"type": "crawl", "lane": str(ann),
                                                               "payload": {"page_id": str(queued)}})
-    assert r.status_code == 422 and r.json()["error"]["code"] == "unknown_campaign"
+    assert r.status_code == 422 and r.json()["error"]["code"] == "unknown_lane"
     # ... so he puts them in his own, naming her rows
     ids = []
     for type_, payload, campaign_id, _ in attacks:
-        body = {"type": type_, "payload": payload, **({"campaign_id": str(campaign_id)} if campaign_id else {})}
+        body = {"type": type_, "payload": payload, **({"lane": str(campaign_id)} if campaign_id else {})}
         r = await bobs_api.post("/jobs", headers=bob_auth, json=body)
         if r.status_code == 201:
             ids.append(uuid.UUID(r.json()["job"]["id"]))
         else:
             assert (type_, payload, campaign_id) not in [(t, p, bob) for t, p, _ in plain], r.text
             assert r.status_code in (403, 422), r.text
-            ids.append(await q.enqueue(pool, NewJob(type=type_, payload=payload, campaign_id=campaign_id)))
+            ids.append(await q.enqueue(pool, NewJob(type=type_, payload=payload, lane=campaign_id)))
     site.rec.clear()
     bobs_site.rec.clear()
     result = await run(pool)
@@ -221,8 +221,8 @@ async def test_an_extract_batch_mixing_campaigns_reads_each_page_in_its_own_jobs
         "INSERT INTO pages (campaign_id, url, state, status_code, content_type, body) "
         "VALUES ($1, 'https://ann.example/', 'fetched', 200, 'text/plain', 'mail ann@ann.example') RETURNING id", ann)
     payload = {"page_id": str(page)}
-    bobs = Job(id=uuid.uuid4(), type="extract", payload=payload, attempts=1, campaign_id=bob, run_id=None)
-    anns = Job(id=uuid.uuid4(), type="extract", payload=payload, attempts=1, campaign_id=ann, run_id=None)
+    bobs = Job(id=uuid.uuid4(), type="extract", payload=payload, attempts=1, lane=bob, run_id=None)
+    anns = Job(id=uuid.uuid4(), type="extract", payload=payload, attempts=1, lane=ann, run_id=None)
     tally = Tally()
     ctx = Context(db=pool, run_id=uuid.uuid4(), trigger="t", settings=settings(),
                   deadline=time.monotonic() + 60, tally=tally)
@@ -232,12 +232,12 @@ async def test_an_extract_batch_mixing_campaigns_reads_each_page_in_its_own_jobs
     assert tally.counts == {"contacts_found": 1, "pages_read": 1}
     found = await pool.fetch("SELECT campaign_id, value FROM contacts")
     assert [(r["campaign_id"], r["value"]) for r in found] == [(ann, "ann@ann.example")]
-    draft_jobs = await pool.fetch("SELECT campaign_id FROM jobs WHERE type = 'draft'")
-    assert [r["campaign_id"] for r in draft_jobs] == [ann]
+    draft_jobs = await pool.fetch("SELECT lane FROM jobs WHERE type = 'draft'")
+    assert [r["lane"] for r in draft_jobs] == [ann]
 
 
 async def _crawl_by_url(pool, campaign_id, url: str) -> uuid.UUID:
-    return await q.enqueue(pool, NewJob(type="crawl", campaign_id=campaign_id, payload={"url": url}))
+    return await q.enqueue(pool, NewJob(type="crawl", lane=campaign_id, payload={"url": url}))
 
 
 async def _page(pool, campaign_id, url: str):

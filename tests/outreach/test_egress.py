@@ -324,7 +324,7 @@ async def test_nothing_a_tenant_names_reaches_the_internal_service(pool):
             hostile_id = await stored_campaign(pool, owner, hostile.url + "/")
             direct = {url: await stored_campaign(pool, owner, url) for url in targets}
             for url, cid in direct.items():  # and a crawl job naming a page there directly
-                await q.enqueue(pool, NewJob(type="crawl", campaign_id=cid, payload={"url": url + "secret"}))
+                await q.enqueue(pool, NewJob(type="crawl", lane=cid, payload={"url": url + "secret"}))
             result = await run(pool)
             await run(pool)  # anything deferred or retried would show here
     assert rec.hits == []  # not one request, not even robots.txt
@@ -361,7 +361,7 @@ async def test_a_webhook_to_an_internal_address_is_refused_once_and_sends_nothin
         listed = await f.user(pool, "free")
         await f.as_system(pool, "UPDATE users SET webhook_url = $2 WHERE id = $1", listed, allowed_hook.url)
         for who in (owner, elsewhere, listed):
-            await f.jobs(pool, "t", 1, campaign_id=await f.campaign(pool, who))
+            await f.jobs(pool, "t", 1, lane=await f.campaign(pool, who))
         s = settings(webhook_secret="s3cret", fetch_allow_private=urlsplit(allowed_hook.url).netloc)
         pipeline = Pipeline(pool, [Stage(type="t", handler=broken, max_attempts=1)], s)
         await pipeline.run("cron")

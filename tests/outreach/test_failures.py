@@ -53,7 +53,7 @@ async def test_a_retry_after_deferral_does_not_burn_attempts(pool, site):
 async def test_bad_payloads_fail_with_a_readable_error(pool):
     from app.engine.jobs import NewJob, enqueue
     bad = await enqueue(pool, NewJob(type="crawl", payload={"url": "ftp://nope"},
-                                     campaign_id=await campaign(pool, "http://127.0.0.1:9/")))
+                                     lane=await campaign(pool, "http://127.0.0.1:9/")))
     await pool.execute("DELETE FROM jobs WHERE id <> $1", bad)
     await run(pool)
     row = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", bad)

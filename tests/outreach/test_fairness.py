@@ -66,7 +66,7 @@ async def test_every_lane_runs_at_its_owners_plan_whoever_changes_it(pool):
     owners["none"] = await f.user(pool, None)  # no subscription: DEFAULT_PLAN
     lanes = {key: await f.campaign(pool, owner) for key, owner in owners.items()}
     lanes["nobody's"] = await f.campaign(pool, None)
-    await pool.execute("INSERT INTO jobs (type, campaign_id) SELECT t, c FROM unnest($1::uuid[]) c, "
+    await pool.execute("INSERT INTO jobs (type, lane) SELECT t, c FROM unnest($1::uuid[]) c, "
                        "unnest(ARRAY['a', 'b']) t", list(lanes.values()))
     await pool.execute("INSERT INTO jobs (type) VALUES ('a')")  # the ownerless lane
     expected = {lanes[plan]: (owners[plan], p.priority, False) for plan, p in PLANS.items()}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.settings import load_settings
+from app.outreach.settings import load_outreach_settings
 from tests.outreach.conftest import campaign, run
 
 
@@ -44,7 +44,7 @@ async def test_a_rate_limited_llm_defers_the_draft_and_keeps_its_charge(pool, si
 
 
 async def test_without_llm_settings_the_template_writes_the_drafts(pool, site, llm):
-    assert not load_settings(llm_base_url=None, llm_model=None).llm_enabled
+    assert not load_outreach_settings(llm_base_url=None, llm_model=None).llm_enabled
     cid = await campaign(pool, site.url + "/")
     result = await run(pool)
     assert result.summary["drafts_written"] == 5 and "tokens_spent" not in result.summary

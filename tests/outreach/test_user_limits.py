@@ -93,7 +93,7 @@ async def test_creations_for_one_owner_queue_on_the_owners_row(pool):
 async def crawl_of(pool, site, owner: str, n: int):
     """A free owner's campaign with n plain pages queued (and no brief)."""
     cid = await campaign(pool, site.url + "/", plan="free", owner=owner)
-    await pool.execute("DELETE FROM jobs WHERE campaign_id = $1", cid)
+    await pool.execute("DELETE FROM jobs WHERE lane = $1", cid)
     async with pool.acquire() as conn, conn.transaction():
         await lock_pages(conn, cid)
         await discover(conn, cid, [f"{site.url}/fair/{owner[:3]}/{i}" for i in range(n)], 1)
@@ -109,15 +109,15 @@ async def test_an_owner_whose_quota_share_is_spent_waits_while_another_keeps_goi
 
     result = await run(pool, "manual", **limits)
     assert result.stop_reason == "no_work" and result.jobs_failed == 0
-    crawls = await pool.fetch("SELECT campaign_id, status, attempts, run_after, last_error FROM jobs "
+    crawls = await pool.fetch("SELECT lane, status, attempts, run_after, last_error FROM jobs "
                               "WHERE type = 'crawl'")
-    greedy_jobs = [j for j in crawls if j["campaign_id"] == greedy]
+    greedy_jobs = [j for j in crawls if j["lane"] == greedy]
     assert sum(j["status"] == "done" for j in greedy_jobs) == share
     waiting = [j for j in greedy_jobs if j["status"] == "pending"]
     assert len(waiting) == 8 - share
     assert {(j["run_after"], j["attempts"]) for j in waiting} == {(quota.next_utc_day(), 0)}
     # the other owner was not held up: all their pages were fetched
-    assert {j["status"] for j in crawls if j["campaign_id"] == modest} == {"done"}
+    assert {j["status"] for j in crawls if j["lane"] == modest} == {"done"}
     assert await pool.fetchval("SELECT spent FROM quota_ledger") == share + 3  # plenty left for others
     greedy_owner = await pool.fetchval("SELECT user_id FROM campaigns WHERE id = $1", greedy)
     assert await quota.share_spent_today(pool, greedy_owner) == share

@@ -1,0 +1,22 @@
+"""Lanes as people see them: list a page of them, rank one (priority, paused).
+
+The queue makes a lane's row when its first job arrives; a plug-in (or psql) owns and
+ranks lanes from its own data, and an operator may rank one by hand."""
+
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+
+from app.engine.queries import query
+
+
+async def list_lanes(db, after: uuid.UUID | None, limit: int) -> list[asyncpg.Record]:
+    """By id, strictly after the lane `after` when given."""
+    return await db.fetch(query("lanes_list"), after, limit)
+
+
+async def rank_lane(db, lane: uuid.UUID, priority: int | None, paused: bool | None) -> asyncpg.Record | None:
+    """The lane, now ranked (None leaves that part as it was); None when there is no such lane."""
+    return await db.fetchrow(query("lane_rank"), lane, priority, paused)

@@ -1,1 +1,0 @@
-SELECT status FROM campaigns WHERE id = $1

@@ -1,1 +1,0 @@
-SELECT id FROM campaigns WHERE id = $1
