@@ -13,6 +13,7 @@ from app.pipeline.stage import Context
 from app.outreach.crawl import discover, lock_pages
 from app.outreach.html import parse_page, top_words
 from app.outreach.scope import campaign_of
+from app.outreach.settings import outreach_settings
 from app.outreach.spend import spend_fetch
 from app.outreach.urls import BadUrl, normalize_url
 from app.outreach.web import Response, client_for
@@ -21,7 +22,7 @@ BRIEF = "brief"
 
 
 def brief_job(campaign_id) -> NewJob:
-    return NewJob(type=BRIEF, campaign_id=campaign_id, dedupe_key=f"brief:{campaign_id}")
+    return NewJob(type=BRIEF, lane=campaign_id, dedupe_key=f"brief:{campaign_id}")
 
 
 async def _keep(conn, campaign_id, url: str, resp: Response | None, *, title="", description="",
@@ -33,35 +34,35 @@ async def _keep(conn, campaign_id, url: str, resp: Response | None, *, title="",
 
 async def brief(job: Job, ctx: Context) -> None:
     campaign_of(job)  # a job with no campaign fails for good here
-    campaign = await ctx.db.fetchrow(query("campaign_site"), job.campaign_id)
+    campaign = await ctx.db.fetchrow(query("campaign_site"), job.lane)
     if campaign is None:
         return  # deleted meanwhile
     try:
         url = normalize_url(campaign["url"] or "")
     except BadUrl as exc:
         async with ctx.db.acquire() as conn:
-            await _keep(conn, job.campaign_id, campaign["url"] or "", None, note=str(exc))
+            await _keep(conn, job.lane, campaign["url"] or "", None, note=str(exc))
         return
     client = client_for(ctx)
     if not await client.allowed(url):
         async with ctx.db.acquire() as conn:
-            await _keep(conn, job.campaign_id, url, None, note="robots.txt disallows the home page")
+            await _keep(conn, job.lane, url, None, note="robots.txt disallows the home page")
         ctx.count("pages_blocked")
         return
-    await spend_fetch(ctx, job.campaign_id)
+    await spend_fetch(ctx, job.lane)
     resp = await client.get(url)
     ctx.count("pages_fetched")
     async with ctx.db.acquire() as conn, conn.transaction():
-        await lock_pages(conn, job.campaign_id)
+        await lock_pages(conn, job.lane)
         if resp.outcome != "ok":
             note = resp.note or f"the home page answered HTTP {resp.status}"
-            await _keep(conn, job.campaign_id, url, resp, note=f"{note}; nothing to crawl")
+            await _keep(conn, job.lane, url, resp, note=f"{note}; nothing to crawl")
             return
-        page = await parse_page(resp.text, is_html=resp.is_html, max_chars=ctx.settings.fetch_max_bytes)
+        page = await parse_page(resp.text, is_html=resp.is_html, max_chars=outreach_settings().fetch_max_bytes)
         keywords = page.keywords[:20] or top_words(" ".join((page.title, page.description, page.text)))
-        await _keep(conn, job.campaign_id, url, resp, title=page.title, description=page.description,
+        await _keep(conn, job.lane, url, resp, title=page.title, description=page.description,
                     keywords=keywords, language=page.language)
         ctx.count("briefs_written")
-        queued = await discover(conn, job.campaign_id, [normalize_url(resp.final_url)], 0)
+        queued = await discover(conn, job.lane, [normalize_url(resp.final_url)], 0)
         if queued:
             ctx.count("links_queued", queued)

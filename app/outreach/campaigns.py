@@ -1,6 +1,9 @@
 """Adding a campaign starts the example pipeline for it: the campaign row, its owner
 (created on the asked plan when new) and the first job, `brief`, in one transaction.
-What the CLI's `campaign add`, the API's POST /campaigns and the demo seed call."""
+What the CLI's `campaign add`, the API's POST /campaigns and the demo seed call.
+
+An owner has one campaign per URL (after normalize_url): adding it again answers with the
+campaign that is there (`created` False, no new brief), whatever the plan's limit says."""
 
 from __future__ import annotations
 
@@ -69,18 +72,33 @@ async def add_campaign_in(conn, url: str, *, owner: str, plan: str | None = None
             plan_name = await store.owner_plan(conn, owner_id, email, plan)
     except store.PlanConflict as exc:
         raise PlanConflictError(str(exc)) from None
-    await check_campaign_limit(conn, owner_id, email, PLANS.get(plan_name, PLANS[DEFAULT_PLAN]))
-    row = await store.insert_campaign(conn, owner_id, urlsplit(url).netloc, url)
-    job_id = await q.enqueue(conn, brief_job(row["id"]))
+    # Looked up under the owner's lock, so the second of two identical requests finds the
+    # first one's campaign (and is not refused by a limit it does not need).
+    await lock_owner(conn, owner_id)
+    row = await store.campaign_by_url(conn, owner_id, url)
+    created = False
+    if row is None:
+        await check_campaign_limit(conn, owner_id, email, PLANS.get(plan_name, PLANS[DEFAULT_PLAN]))
+        row = await store.insert_campaign(conn, owner_id, urlsplit(url).netloc, url)
+        created = row is not None
+        if not created:  # made since we looked, by a writer that skips the lock (plain SQL)
+            row = await store.campaign_by_url(conn, owner_id, url)
+    job_id = await q.enqueue(conn, brief_job(row["id"])) if created else None
     return {"id": row["id"], "name": row["name"], "url": row["url"], "status": row["status"],
-            "owner": email, "plan": plan_name, "created_at": row["created_at"], "brief_job": job_id}
+            "owner": email, "plan": plan_name, "created_at": row["created_at"], "brief_job": job_id,
+            "created": created}
+
+
+async def lock_owner(conn, owner_id: uuid.UUID) -> None:
+    """Hold the owner's row until the transaction ends: one campaign creation at a time each."""
+    await conn.execute(query("usage_owner_lock"), owner_id)
 
 
 async def check_campaign_limit(conn, owner_id: uuid.UUID, email: str, plan: Plan) -> None:
     """Raise CampaignLimitError when the owner has plan.max_campaigns already. Holds a lock
     on the owner's row until the caller's transaction ends: two creations at once for one
     owner count one after the other, so they cannot both slip under the limit."""
-    await conn.execute(query("usage_owner_lock"), owner_id)
+    await lock_owner(conn, owner_id)
     campaigns = await conn.fetchval(query("usage_owner_campaigns"), owner_id)
     if campaigns >= plan.max_campaigns:
         raise CampaignLimitError(email, plan, campaigns)
@@ -88,8 +106,9 @@ async def check_campaign_limit(conn, owner_id: uuid.UUID, email: str, plan: Plan
 
 async def add_campaign(pool, url: str, *, owner: str, plan: str | None = None,
                        owner_id: uuid.UUID | None = None) -> dict[str, Any]:
-    """A new campaign on `url` for `owner`, with its brief queued. Raises CampaignInputError
-    (CampaignLimitError when the owner's plan allows no more campaigns)."""
+    """A new campaign on `url` for `owner`, with its brief queued (or the owner's campaign
+    on that URL, `created` False). Raises CampaignInputError (CampaignLimitError when the
+    owner's plan allows no more campaigns)."""
     async with pool.acquire() as conn, conn.transaction():
         return await add_campaign_in(conn, url, owner=owner, plan=plan, owner_id=owner_id)
 

@@ -1,6 +1,9 @@
 """The example's CLI commands, installed into `skiplock` by the plug-in:
 
-    campaign add URL [--owner EMAIL] [--plan PLAN]   a campaign, and its brief queued
+    campaign add URL [--owner EMAIL] [--plan PLAN]   a campaign, and its brief queued (the
+                                                     owner's campaign on URL if there is one)
+    campaign ls [--status S] [--limit N] [--json]    campaigns, newest first, as a table
+    campaign pause ID / campaign resume ID           stop / restart claiming its jobs
     contacts CAMPAIGN_ID [--drafts]                  what the pipeline found, as a table
     plan set EMAIL PLAN                              a user's plan (the user is made if new)
 
@@ -14,15 +17,18 @@ import json
 import uuid
 
 from app.engine import accounts
-from app.engine.db import connect, create_pool
+from app.engine.db import connect
 from app.engine.tenancy import Actor, act_as
-from app.outreach.campaigns import CampaignInputError, add_campaign
+from app.outreach.campaigns import CampaignInputError, add_campaign_in
 from app.outreach.plans import PLANS
-from app.outreach.store import get_campaign, list_contacts
+from app.outreach.routes import listed_json
+from app.outreach.settings import outreach_settings
+from app.outreach.store import CAMPAIGN_STATUSES, get_campaign, list_campaigns, list_contacts, set_campaign_status
 from app.outreach.urls import path_of
 from app.plugin import CommandError
 
 CONTACTS_PAGE = 500
+LIST_LIMIT = 100
 CLI_ACTOR = Actor("system", "cli")
 
 
@@ -34,6 +40,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     ca.add_argument("--owner", help="the owner's e-mail (created when new; default DEFAULT_OWNER_EMAIL)")
     ca.add_argument("--plan", choices=list(PLANS), help="the plan of a new owner (default: free)")
     ca.set_defaults(handler=campaign_add)
+    cl = csub.add_parser("ls", help="campaigns, newest first, as a table")
+    cl.add_argument("--status", choices=CAMPAIGN_STATUSES, help="only campaigns in this status")
+    cl.add_argument("--limit", type=_positive, default=LIST_LIMIT, help=f"at most this many (default {LIST_LIMIT})")
+    cl.add_argument("--json", action="store_true", help="print JSON (GET /campaigns's shape) instead of a table")
+    cl.set_defaults(handler=campaign_ls)
+    for name, status, what in (("pause", "paused", "stop claiming its jobs (a running one finishes)"),
+                               ("resume", "active", "claim its jobs again")):
+        cs = csub.add_parser(name, help=f"{name} a campaign: {what}")
+        cs.add_argument("campaign_id", help="the campaign id (a uuid)")
+        cs.set_defaults(handler=campaign_set_status, status=status)
     k = sub.add_parser("contacts", help="the contacts a campaign's pipeline found, as a table")
     k.add_argument("campaign_id", help="the campaign id (a uuid)")
     k.add_argument("--drafts", action="store_true", help="print each contact's drafted message too")
@@ -61,18 +77,68 @@ async def plan_set(args, settings, dsn: str) -> str:
     return json.dumps({"id": str(user_id), "email": email, "plan": args.plan})
 
 
-async def campaign_add(args, settings, dsn: str) -> str:
-    pool = await create_pool(dsn, 2)
+def _positive(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 10_000:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 10000 (got {text!r})")
+    return int(text)
+
+
+def _campaign_id(text: str) -> uuid.UUID:
     try:
-        made = await add_campaign(pool, args.url, owner=args.owner or settings.default_owner_email,
-                                  plan=args.plan)
+        return uuid.UUID(text)
+    except ValueError:
+        raise CommandError(f"{text!r} is not a campaign id (a uuid)") from None
+
+
+async def campaign_add(args, settings, dsn: str) -> str:
+    conn = await connect(dsn)
+    try:
+        async with conn.transaction():
+            await act_as(conn, CLI_ACTOR)
+            made = await add_campaign_in(conn, args.url, plan=args.plan,
+                                         owner=args.owner or outreach_settings().default_owner_email)
     except CampaignInputError as exc:
         raise CommandError(str(exc)) from None
     finally:
-        await pool.close()
+        await conn.close()
     return json.dumps({"id": str(made["id"]), "name": made["name"], "url": made["url"],
                        "status": made["status"], "owner": made["owner"], "plan": made["plan"],
+                       "created": made["created"],
                        "briefJob": str(made["brief_job"]) if made["brief_job"] else None})
+
+
+async def campaign_ls(args, settings, dsn: str) -> str:
+    conn = await connect(dsn)
+    try:
+        found = await list_campaigns(conn, status=args.status, limit=args.limit + 1)
+    finally:
+        await conn.close()
+    shown = found[:args.limit]
+    if args.json:  # GET /campaigns's shape
+        return json.dumps({"data": [listed_json(c) for c in shown]}, indent=2)
+    if not shown:
+        return "No campaigns yet: add one with `campaign add URL`."
+    rows = [["ID", "STATUS", "PLAN", "OWNER", "PAGES", "CONTACTS", "DRAFTS", "CREATED", "URL"]]
+    rows += [[str(c["id"]), c["status"], c["plan"], c["owner"] or "-", str(c["pages_fetched"]),
+              str(c["contacts"]), str(c["drafts"]), c["created_at"].strftime("%Y-%m-%d %H:%M"), c["url"] or "-"]
+             for c in shown]
+    more = [f"(the newest {args.limit}; --limit for more)"] if len(found) > args.limit else []
+    return "\n".join([_table(rows), *more])
+
+
+async def campaign_set_status(args, settings, dsn: str) -> str:
+    campaign_id = _campaign_id(args.campaign_id)
+    conn = await connect(dsn)
+    try:
+        async with conn.transaction():
+            await act_as(conn, CLI_ACTOR)
+            changed = await set_campaign_status(conn, campaign_id, args.status)
+    finally:
+        await conn.close()
+    if changed is None:
+        raise CommandError(f"no campaign with id {campaign_id}")
+    word = "paused" if args.status == "paused" else "resumed"
+    return f"campaign {campaign_id} {word}" if changed else f"campaign {campaign_id} was {args.status} already"
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -81,10 +147,7 @@ def _table(rows: list[list[str]]) -> str:
 
 
 async def contacts(args, settings, dsn: str) -> str:
-    try:
-        campaign_id = uuid.UUID(args.campaign_id)
-    except ValueError:
-        raise CommandError(f"{args.campaign_id!r} is not a campaign id (a uuid)") from None
+    campaign_id = _campaign_id(args.campaign_id)
     conn = await connect(dsn)
     try:
         campaign = await get_campaign(conn, campaign_id)

@@ -24,6 +24,7 @@ from app.outreach.sql import query
 from app.pipeline.stage import Context, FailJob
 from app.outreach.html import ParsedPage, parse_page
 from app.outreach.scope import campaign_of, not_in_campaign, payload_id
+from app.outreach.settings import outreach_settings
 from app.outreach.spend import spend_fetch
 from app.outreach.urls import BadUrl, normalize_url, same_site
 from app.outreach.web import Response, client_for
@@ -35,7 +36,7 @@ MAX_HREFS_EXAMINED = 5 * MAX_LINKS_PER_PAGE
 
 
 def crawl_job(campaign_id: uuid.UUID, page: Any) -> NewJob:
-    return NewJob(type=CRAWL, campaign_id=campaign_id,
+    return NewJob(type=CRAWL, lane=campaign_id,
                   payload={"page_id": str(page["id"]), "url": page["url"], "depth": page["depth"]},
                   dedupe_key=f"crawl:{campaign_id}:{page['url']}")
 
@@ -113,12 +114,12 @@ async def store_response(ctx: Context, campaign_id: uuid.UUID, page, resp: Respo
                 return  # that page is known already: its own crawl fetches it
             target_id = landed[0]["id"]
         body = resp.text.replace("\x00", "")
-        parsed = await parse_page(body, is_html=resp.is_html, max_chars=ctx.settings.fetch_max_bytes)
+        parsed = await parse_page(body, is_html=resp.is_html, max_chars=outreach_settings().fetch_max_bytes)
         await _record(conn, campaign_id, target_id, "fetched", resp, title=parsed.title or None, body=body)
-        await q.enqueue(conn, NewJob(type=EXTRACT, campaign_id=campaign_id,
+        await q.enqueue(conn, NewJob(type=EXTRACT, lane=campaign_id,
                                      payload={"page_id": str(target_id)},
                                      dedupe_key=f"extract:{target_id}"))
-        if resp.is_html and depth < ctx.settings.crawl_max_depth:
+        if resp.is_html and depth < outreach_settings().crawl_max_depth:
             queued = await discover(conn, campaign_id, same_site_links(parsed, final), depth + 1)
             if queued:
                 ctx.count("links_queued", queued)

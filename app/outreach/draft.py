@@ -18,6 +18,7 @@ from app.engine.jobs import Job
 from app.outreach.sql import query
 from app.outreach.quota import next_utc_day
 from app.outreach.scope import campaign_of, not_in_campaign, payload_id
+from app.outreach.settings import outreach_settings
 from app.pipeline.stage import Context, DeferJob
 from app.outreach import llm
 
@@ -98,8 +99,9 @@ async def draft(job: Job, ctx: Context) -> None:
     if charged == allowances.CHARGED:
         ctx.count("credits_spent")
     prompt_tokens = completion_tokens = 0
-    if ctx.settings.llm_enabled:
-        answer = await llm.chat(ctx.settings, llm_messages(row))
+    settings = outreach_settings()
+    if settings.llm_enabled:
+        answer = await llm.chat(settings, llm_messages(row))
         body, model = answer.text, answer.model
         prompt_tokens, completion_tokens = answer.prompt_tokens, answer.completion_tokens
         ctx.count("llm_calls")

@@ -19,6 +19,7 @@ from app.outreach.sql import query
 from app.pipeline.stage import Context, FailJob
 from app.outreach.html import MAX_PARSE_CHARS, parse_page
 from app.outreach.scope import campaign_of, not_in_campaign, payload_id
+from app.outreach.settings import outreach_settings
 
 DRAFT = "draft"
 
@@ -135,7 +136,7 @@ async def extract(jobs: list[Job], ctx: Context) -> dict[uuid.UUID, BaseExceptio
     pages = [p for p in found.values() if p["readable"]]  # a page not fetched has nothing to read
     rows: list[tuple] = []
     for page in pages:
-        for c in await find_contacts(page["body"], page["content_type"], ctx.settings.fetch_max_bytes):
+        for c in await find_contacts(page["body"], page["content_type"], outreach_settings().fetch_max_bytes):
             rows.append((page["campaign_id"], c.kind, c.value, c.handle, page["id"], page["final_url"]))
     if rows:
         # one order for every inserter (two overlapping runs cannot deadlock); within a
@@ -146,7 +147,7 @@ async def extract(jobs: list[Job], ctx: Context) -> dict[uuid.UUID, BaseExceptio
             new = await conn.fetch(query("contacts_insert"), *map(list, zip(*rows)))
             if new:
                 await q.enqueue_many(conn, [
-                    NewJob(type=DRAFT, campaign_id=r["campaign_id"], payload={"contact_id": str(r["id"])},
+                    NewJob(type=DRAFT, lane=r["campaign_id"], payload={"contact_id": str(r["id"])},
                            dedupe_key=f"draft:{r['id']}") for r in new])
         ctx.count("contacts_found", len(new))
     ctx.count("pages_read", len(pages))

@@ -17,7 +17,7 @@ from datetime import date, datetime, time, timedelta, timezone
 
 from app.outreach.sql import query
 
-# Triggers of runs a person started, which may dip into the reserve: `python -m app
+# Triggers of runs a person started, which may dip into the reserve: `skiplock
 # run-once` (manual) and a curl of /cron/pipeline (http). Everything else -- the schedule
 # (cron), a long-running worker (worker), anything unknown -- may not.
 PERSON_TRIGGERS = frozenset({"manual", "http"})

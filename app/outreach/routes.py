@@ -1,5 +1,6 @@
 """Campaigns of the example pipeline over HTTP: add one (its owner is created when new
-and its brief is queued), read it with what the pipeline found so far, and page through
+and its brief is queued; the same URL again answers with the one there), list them,
+read one with what the pipeline found so far, pause and resume one, and page through
 its contacts. Thin over app.outreach.campaigns and app.outreach.store."""
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.api.deps import pool_of
 from app.api.errors import ApiError, invalid_request
-from app.api.pagination import ListQuery
+from app.api.pagination import ListQuery, enum_param
+from app.api.batches import CREATE_RESPONSES, BatchCreated, BatchIn, create_batch_in_lane
 from app.api.params import only_params
 from app.outreach import allowances
 from app.outreach import store
 from app.outreach.plans import PLANS
+from app.outreach.settings import outreach_settings
 from app.outreach.brief import BRIEF
 from app.outreach.payloads import MAX_URL_LENGTH, URL_PATTERN, address_problem, url_shape_problem
 from app.outreach.campaigns import CampaignInputError, CampaignLimitError, PlanConflictError, add_campaign
@@ -27,6 +30,8 @@ from app.outreach.campaigns import CampaignInputError, CampaignLimitError, PlanC
 router = APIRouter(tags=["campaigns"])
 
 CONTACT_LIST = ListQuery("campaign_contacts")
+CAMPAIGN_LIST = ListQuery("campaigns", [enum_param("status", "only campaigns in this status",
+                                                   store.CAMPAIGN_STATUSES)])
 
 EMAIL_PATTERN = r"^[^@\s\x00-\x1f\x7f]{1,64}@[^@\s\x00-\x1f\x7f]{1,255}$"
 PlanName = Literal[tuple(PLANS)]  # type: ignore[valid-type]
@@ -102,6 +107,24 @@ class CampaignOut(BaseModel):
     counts: CampaignCounts
     today: CampaignToday
     briefJob: uuid.UUID | None = Field(None, description="on creation: the queued brief job")
+    created: bool | None = Field(None, description="POST only: false when the owner had a campaign on "
+                                                   "this URL already (that one is the answer, 200)")
+
+
+class CampaignListed(BaseModel):
+    id: uuid.UUID
+    name: str
+    url: str | None
+    status: str
+    owner: str | None
+    plan: str
+    createdAt: datetime
+    counts: CampaignCounts
+
+
+class CampaignPage(BaseModel):
+    data: list[CampaignListed] = Field(description="newest first")
+    nextCursor: str | None = Field(description="pass as ?cursor= for the next (older) page; null on the last")
 
 
 class DraftOut(BaseModel):
@@ -141,14 +164,21 @@ async def _campaign_json(pool, campaign_id: uuid.UUID) -> dict[str, Any]:
                  "keywords": row["brief_keywords"], "language": row["brief_language"],
                  "note": row["brief_note"], "updatedAt": _iso(row["brief_updated_at"])}
     return {
-        "id": str(row["id"]), "name": row["name"], "url": row["url"], "status": row["status"],
-        "owner": row["owner"], "plan": row["plan"], "createdAt": _iso(row["created_at"]),
+        **listed_json(row),
         "brief": brief,
-        "counts": {"pagesFound": row["pages_found"], "pagesFetched": row["pages_fetched"],
-                   "pagesQueued": row["pages_queued"], "contacts": row["contacts"], "drafts": row["drafts"]},
         "today": {"pages": used["pages"], "credits": used["credits"],
                   "dailyPages": plan.daily_pages if plan else None,
                   "dailyCredits": plan.daily_credits if plan else None},
+    }
+
+
+def listed_json(row) -> dict[str, Any]:
+    """A campaign as GET /campaigns lists it (and the start of its full JSON)."""
+    return {
+        "id": str(row["id"]), "name": row["name"], "url": row["url"], "status": row["status"],
+        "owner": row["owner"], "plan": row["plan"], "createdAt": _iso(row["created_at"]),
+        "counts": {"pagesFound": row["pages_found"], "pagesFetched": row["pages_fetched"],
+                   "pagesQueued": row["pages_queued"], "contacts": row["contacts"], "drafts": row["drafts"]},
     }
 
 
@@ -163,7 +193,10 @@ def _contact_json(r) -> dict[str, Any]:
 
 @router.post("/campaigns", status_code=201, response_model=CampaignOut, summary="Add a campaign",
              dependencies=[Depends(only_params())],
-             responses={409: {"description": "plan_conflict: the owner is on another plan; "
+             responses={200: {"model": CampaignOut,
+                              "description": "the owner has a campaign on this URL already: that one, "
+                                             "created false (nothing new is queued)"},
+                        409: {"description": "plan_conflict: the owner is on another plan; "
                                              "campaign_limit: the owner has as many campaigns as "
                                              "their plan allows"},
                         422: {"description": "invalid_request: not an http(s) URL, a host that is not "
@@ -172,7 +205,8 @@ def _contact_json(r) -> dict[str, Any]:
                         503: {"description": "this deployment's stages have no 'brief' stage"}})
 async def create_campaign(body: CampaignIn, request: Request):
     """A campaign for a site. Its owner is created (on `plan`) when new, and its first job,
-    `brief`, is queued: the next run reads the home page and starts the crawl."""
+    `brief`, is queued: the next run reads the home page and starts the crawl. An owner has
+    one campaign per URL: asking again answers 200 with that one, `created` false."""
     runtime = request.app.state.runtime
     if BRIEF not in {s.type for s in runtime.stages}:
         raise ApiError(503, "unavailable",
@@ -185,7 +219,7 @@ async def create_campaign(body: CampaignIn, request: Request):
     actor = request.state.actor
     owner_id = None
     if actor.is_admin:
-        owner = body.owner or runtime.settings.default_owner_email
+        owner = body.owner or outreach_settings().default_owner_email
     elif body.owner and body.owner.strip().lower() != actor.email:
         raise ApiError(403, "forbidden", "a user's API key adds campaigns to its own account only; "
                                          "leave out 'owner' (or use an admin key)")
@@ -203,7 +237,45 @@ async def create_campaign(body: CampaignIn, request: Request):
         raise ApiError(422, "invalid_request", str(exc)) from None
     out = await _campaign_json(pool, made["id"])
     out["briefJob"] = str(made["brief_job"]) if made["brief_job"] else None
-    return JSONResponse(status_code=201, content=out, headers={"Location": f"/campaigns/{made['id']}"})
+    out["created"] = made["created"]
+    return JSONResponse(status_code=201 if made["created"] else 200, content=out,
+                        headers={"Location": f"/campaigns/{made['id']}"})
+
+
+@router.get("/campaigns", response_model=CampaignPage, summary="List campaigns, newest first",
+            openapi_extra={"parameters": CAMPAIGN_LIST.openapi()})
+async def list_campaigns(request: Request) -> dict[str, Any]:
+    """The caller's campaigns (every one with an admin key), newest first, in keyset pages
+    over (created_at, id); no total: follow nextCursor until it is null."""
+    page = CAMPAIGN_LIST.parse(request)
+    rows = await store.list_campaigns(await pool_of(request), status=page.filters["status"],
+                                      after=page.after, limit=page.limit + 1)
+    return page.answer(rows, listed_json, lambda r: (r["created_at"], r["id"]))
+
+
+_STATUS_RESPONSES = {404: {"description": "no such campaign"}}
+
+
+@router.post("/campaigns/{campaign_id}/pause", response_model=CampaignOut, summary="Pause a campaign",
+             dependencies=[Depends(only_params())], responses=_STATUS_RESPONSES)
+async def pause_campaign(campaign_id: uuid.UUID, request: Request) -> dict[str, Any]:
+    """Stop claiming the campaign's jobs: its lane is skipped until it is resumed (a job
+    already running finishes). Pausing a paused campaign changes nothing."""
+    return await _set_status(request, campaign_id, "paused")
+
+
+@router.post("/campaigns/{campaign_id}/resume", response_model=CampaignOut, summary="Resume a campaign",
+             dependencies=[Depends(only_params())], responses=_STATUS_RESPONSES)
+async def resume_campaign(campaign_id: uuid.UUID, request: Request) -> dict[str, Any]:
+    """Claim the campaign's jobs again, in their turn."""
+    return await _set_status(request, campaign_id, "active")
+
+
+async def _set_status(request: Request, campaign_id: uuid.UUID, status: str) -> dict[str, Any]:
+    pool = await pool_of(request)
+    if await store.set_campaign_status(pool, campaign_id, status) is None:
+        raise ApiError(404, "not_found", f"no campaign {campaign_id}")
+    return await _campaign_json(pool, campaign_id)
 
 
 @router.get("/campaigns/{campaign_id}", response_model=CampaignOut, summary="Read a campaign",
@@ -227,3 +299,12 @@ async def list_contacts(campaign_id: uuid.UUID, request: Request) -> dict[str, A
     rows = await store.list_contacts(pool, campaign_id, after=page.after, limit=page.limit + 1,
                                      newest_first=True)
     return page.answer(rows, _contact_json, lambda r: (r["created_at"], r["id"]))
+
+
+@router.post("/campaigns/{campaign_id}/batches", status_code=201, response_model=BatchCreated,
+             summary="Start a batch of work on a campaign", dependencies=[Depends(only_params())],
+             responses=CREATE_RESPONSES)
+async def create_campaign_batch(campaign_id: uuid.UUID, body: BatchIn, request: Request) -> JSONResponse:
+    """One job per requested type in the campaign's lane (a campaign's id is its lane's),
+    skipping types that already have an open job there."""
+    return await create_batch_in_lane(campaign_id, body, request, "campaign")

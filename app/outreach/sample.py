@@ -7,6 +7,13 @@ a same-site redirect (/blog -> /blog/) and a staff area that robots.txt disallow
                                     the site's robots.txt rules at that app's /robots.txt
     install_demo(app, pool, settings)  local dev mode: both of the above, and a demo
                                     campaign for it when the database has none
+
+Campaigns name the site by a stable alias, http://sample.localhost/sample/, never by the
+port `make run` happens to serve on: in local dev mode a fetch of the alias is dialled at
+LOCAL_HOST:LOCAL_PORT (sample_site_aliases), so the demo campaign keeps working when
+`make run` moves to another port. The alias is no way out of the egress guard: the
+dialled address must still be listed in FETCH_ALLOW_PRIVATE (`make run` lists exactly
+its own), and outside local dev mode the alias is an ordinary .localhost name, refused.
 """
 
 from __future__ import annotations
@@ -14,7 +21,6 @@ from __future__ import annotations
 import logging
 import uuid
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -22,8 +28,12 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from app.outreach.settings import outreach_settings
+
 SITE_DIR = Path(__file__).resolve().parent / "sample_site"
 SAMPLE_PATH = "/sample"
+SAMPLE_HOST = "sample.localhost"  # .localhost (RFC 6761): never a name on the internet
+SAMPLE_SITE_URL = f"http://{SAMPLE_HOST}{SAMPLE_PATH}/"
 
 log = logging.getLogger("skiplock.demo")
 
@@ -63,18 +73,28 @@ def mount_sample_site(app, path: str = "/sample") -> None:
 def allow_sample_site(settings) -> dict[str, str]:
     """`make run`'s settings: FETCH_ALLOW_PRIVATE plus the sample site this process
     serves, which is on loopback and so refused by the egress guard unless listed."""
-    own = urlsplit(sample_site_url(settings)).netloc
+    own = sample_site_address(settings)
     return {"fetch_allow_private": ",".join(filter(None, [settings.fetch_allow_private.strip(" ,"), own]))}
 
 
-def sample_site_url(settings) -> str:
-    """Where local dev mode serves the sample site: LOCAL_HOST:LOCAL_PORT/sample/."""
+def sample_site_address(settings) -> str:
+    """host:port where local dev mode serves the sample site: LOCAL_HOST:LOCAL_PORT."""
     host = settings.local_host
     if host in ("", "0.0.0.0", "::"):
         host = "127.0.0.1"  # listening everywhere: reach it on loopback
     elif ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{settings.local_port}{SAMPLE_PATH}/"
+    return f"{host}:{settings.local_port}"
+
+
+def sample_site_url(settings) -> str:
+    """The sample site as a browser on this machine reaches it in local dev mode."""
+    return f"http://{sample_site_address(settings)}{SAMPLE_PATH}/"
+
+
+def sample_site_aliases(settings) -> dict[str, str]:
+    """For the web client: the alias's host:port -> where to dial it; in local dev mode only."""
+    return {f"{SAMPLE_HOST}:80": sample_site_address(settings)} if settings.local_dev else {}
 
 
 async def install_demo(app, pool, settings) -> uuid.UUID | None:
@@ -84,14 +104,14 @@ async def install_demo(app, pool, settings) -> uuid.UUID | None:
     from app.outreach.campaigns import seed_demo
 
     mount_sample_site(app, SAMPLE_PATH)
-    url = sample_site_url(settings)
+    url = sample_site_url(settings)  # for people; campaigns name the alias
     stages = getattr(getattr(app.state, "runtime", None), "stages", None)
     if stages is not None and BRIEF not in {s.type for s in stages}:
         log.info("the sample site is at %s; no demo campaign, since PIPELINE_STAGES has no %r stage",
                  url, BRIEF)
         return None
-    campaign_id = await seed_demo(pool, url, settings.default_owner_email)
+    campaign_id = await seed_demo(pool, SAMPLE_SITE_URL, outreach_settings().default_owner_email)
     if campaign_id is not None:
-        log.info("seeded a demo campaign %s for the sample site at %s; the next run crawls it, "
-                 "then: python -m app contacts %s", campaign_id, url, campaign_id)
+        log.info("seeded a demo campaign %s for the sample site (%s, served at %s); the next run "
+                 "crawls it, then: skiplock contacts %s", campaign_id, SAMPLE_SITE_URL, url, campaign_id)
     return campaign_id

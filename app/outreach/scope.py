@@ -3,7 +3,8 @@
 Handlers run as the table owner, so row-level security does not apply to them. Instead,
 every row a handler reads or writes because of a job -- pages, contacts, drafts, briefs,
 credits, usage -- is found by SQL that also says `campaign_id = <the job's campaign>`
-(jobs.campaign_id: the job's lane, which a tenant can only set to a campaign of their own).
+(jobs.lane: a campaign's id is its lane's, and a tenant can only enqueue into a lane of
+their own).
 So an id in a payload that belongs to another campaign finds nothing, just like an id
 that does not exist, and the job fails for good (FailJob, no retries) saying
 "page <id> is not in this job's campaign". A payload never chooses the campaign: a
@@ -15,15 +16,15 @@ from __future__ import annotations
 
 import uuid
 
-from app.engine.jobs import Job
+from app.engine.jobs import DEFAULT_LANE, Job
 from app.pipeline.stage import FailJob
 
 
 def campaign_of(job: Job) -> uuid.UUID:
     """The job's campaign: the only one its handler may touch."""
-    if job.campaign_id is None:
-        raise FailJob(f"{job.type} jobs need a campaign (campaign_id); this one has none")
-    return job.campaign_id
+    if job.lane == DEFAULT_LANE:
+        raise FailJob(f"{job.type} jobs need a campaign (its lane); this one has none")
+    return job.lane
 
 
 def payload_id(job: Job, key: str) -> uuid.UUID:

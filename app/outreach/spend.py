@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 
 from app.outreach import allowances, quota
+from app.outreach.settings import outreach_settings
 from app.pipeline.stage import Context, DeferJob, StopRun
 
 UNITS_PER_FETCH = 1
@@ -22,7 +23,7 @@ async def spend_fetch(ctx: Context, campaign_id: uuid.UUID) -> None:
     StopRun("quota_reserve") only the reserve is left and a schedule started this run
                              (the job waits for the next run; a person's run may use it);
     StopRun("quota_exhausted", next UTC day)  the shared quota is spent for today."""
-    s = ctx.settings
+    s = outreach_settings()
     plan = await allowances.campaign_plan(ctx.db, campaign_id)
     async with ctx.db.acquire() as conn, conn.transaction():
         if not await allowances.use_page(conn, campaign_id, plan.daily_pages):

@@ -12,6 +12,8 @@ from app.engine.queries import query as queue_query  # users are the queue's
 from app.outreach.sql import query
 from app.outreach.plans import DEFAULT_PLAN, OWNERLESS_PLAN
 
+CAMPAIGN_STATUSES = ("active", "paused")  # campaigns.status's CHECK; a paused campaign's lane is skipped
+
 
 class PlanConflict(Exception):
     """The owner already has a different plan; adding a campaign does not change it."""
@@ -25,11 +27,19 @@ class PlanConflict(Exception):
 async def ensure_owner(conn, email: str, plan: str | None) -> tuple[uuid.UUID, str]:
     """The owner with this e-mail and their plan, created (on `plan`, else the default
     plan) when new. Asking for a plan the owner is not on raises PlanConflict."""
-    row = await conn.fetchrow(queue_query("user_ensure"), email)
-    sub = await conn.fetchrow(query("subscription_ensure"), row["id"], plan or DEFAULT_PLAN)
+    row = await _insert_or_read(conn, queue_query("user_ensure"), email)
+    sub = await _insert_or_read(conn, query("subscription_ensure"), row["id"], plan or DEFAULT_PLAN)
     if plan is not None and sub["plan"] != plan:
         raise PlanConflict(email, sub["plan"], plan)
     return row["id"], sub["plan"]
+
+
+async def _insert_or_read(conn, sql: str, *args):
+    """The row of an insert-or-read statement (INSERT … ON CONFLICT DO NOTHING, else SELECT).
+    When another transaction inserts the same key first, ours waits for it to commit and
+    then finds neither: its snapshot is older than that row. Asked again, as a new
+    statement, it reads the row (identical requests at once for a new owner)."""
+    return await conn.fetchrow(sql, *args) or await conn.fetchrow(sql, *args)
 
 
 async def owner_plan(conn, owner_id: uuid.UUID, email: str, plan: str | None) -> str:
@@ -41,19 +51,41 @@ async def owner_plan(conn, owner_id: uuid.UUID, email: str, plan: str | None) ->
 
 
 async def insert_campaign(conn, owner_id: uuid.UUID | None, name: str, url: str):
+    """The new campaign's row; None when the owner has a campaign on `url` already."""
     return await conn.fetchrow(query("campaign_insert"), owner_id, name, url)
 
 
-async def get_campaign(db, campaign_id: uuid.UUID) -> dict[str, Any] | None:
-    row = await db.fetchrow(query("campaign_get"), campaign_id)
-    if row is None:
-        return None
+async def campaign_by_url(conn, owner_id: uuid.UUID, url: str):
+    return await conn.fetchrow(query("campaign_by_url"), owner_id, url)
+
+
+async def set_campaign_status(db, campaign_id: uuid.UUID, status: str) -> bool | None:
+    """Whether the status changed now (False: it was that already); None: no such campaign."""
+    row = await db.fetchrow(query("campaign_set_status"), campaign_id, status)
+    return None if row is None else row["changed"]
+
+
+def _with_plan(row) -> dict[str, Any]:
+    """The row with the plan its work runs under (an owner without a subscription: the default)."""
     out = dict(row)
     if out["ownerless"]:
         out["plan"] = OWNERLESS_PLAN
     elif out["plan"] is None:
         out["plan"] = DEFAULT_PLAN
     return out
+
+
+async def get_campaign(db, campaign_id: uuid.UUID) -> dict[str, Any] | None:
+    row = await db.fetchrow(query("campaign_get"), campaign_id)
+    return None if row is None else _with_plan(row)
+
+
+async def list_campaigns(db, *, status: str | None = None, after: tuple[datetime, uuid.UUID] | None = None,
+                         limit: int = 100) -> list[dict[str, Any]]:
+    """Campaigns the caller may see, newest first, `limit` after the keyset `after` (created_at, id)."""
+    at, last_id = after if after else (None, None)
+    rows = await db.fetch(query("campaigns_page"), status, at, last_id, limit)
+    return [_with_plan(r) for r in rows]
 
 
 async def campaign_exists(db, campaign_id: uuid.UUID) -> bool:

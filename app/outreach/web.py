@@ -26,13 +26,16 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from protego import Protego
 
-from app.egress import EgressRefused, Resolver, guarded_client, literal_refusal, parse_allow_list
+from app.egress import EgressRefused, Resolver, default_port, guarded_client, literal_refusal, parse_allow_list
 from app.pipeline.stage import DeferJob
 from app.outreach.content_coding import ACCEPT_ENCODING, DecodingError, decoder_for
+from app.outreach.sample import sample_site_aliases
+from app.outreach.settings import outreach_settings
 from app.outreach.urls import BadUrl, normalize_url, origin, same_site
 
 MAX_REDIRECTS = 5
@@ -90,22 +93,43 @@ class WebClient:
     """One run's client. robots.txt is read once per site per client (so once per run).
 
     allow_private: FETCH_ALLOW_PRIVATE ("host:port,..."), the only non-public places
-    reachable. resolver, verify: the DNS lookup and the TLS trust (tests replace them)."""
+    reachable. aliases: {"host:port" a URL names: "host:port" dialled instead}, `make
+    run`'s sample site (the dialled address still passes the egress guard, and the URL's
+    own host stays the Host header, so the site's redirects and links keep the alias).
+    resolver, verify: the DNS lookup and the TLS trust (tests replace them)."""
 
     def __init__(self, *, user_agent: str, timeout: float, max_bytes: int, allow_private: str = "",
-                 resolver: Resolver | None = None, verify: ssl.SSLContext | None = None) -> None:
+                 aliases: dict[str, str] | None = None, resolver: Resolver | None = None,
+                 verify: ssl.SSLContext | None = None) -> None:
         self.user_agent = user_agent
         self.timeout = timeout
         self.max_bytes = max_bytes
         self.allow = parse_allow_list(allow_private)
+        self.aliases = dict(aliases or {})
         self.resolver = resolver
         self.verify = verify
         self._robots: dict[str, asyncio.Task] = {}
 
     @classmethod
     def from_settings(cls, settings) -> "WebClient":
-        return cls(user_agent=settings.fetch_user_agent, timeout=settings.fetch_timeout_seconds,
-                   max_bytes=settings.fetch_max_bytes, allow_private=settings.fetch_allow_private)
+        """From the queue's settings (the egress allow list, local dev mode) and the example's."""
+        own = outreach_settings()
+        return cls(user_agent=own.fetch_user_agent, timeout=own.fetch_timeout_seconds,
+                   max_bytes=own.fetch_max_bytes, allow_private=settings.fetch_allow_private,
+                   aliases=sample_site_aliases(settings))
+
+    def _dialled(self, url: str) -> tuple[str, dict[str, str]]:
+        """The URL to request and its extra headers: an aliased host:port is dialled at its
+        target, with the alias as the Host header."""
+        if not self.aliases:
+            return url, {}
+        parts = urlsplit(url)
+        port = parts.port or default_port(parts.scheme)
+        target = self.aliases.get(f"{parts.hostname}:{port}")
+        if target is None:
+            return url, {}
+        host = parts.hostname if port == default_port(parts.scheme) else f"{parts.hostname}:{port}"
+        return urlunsplit(parts._replace(netloc=target)), {"Host": host}
 
     def _client(self) -> httpx.AsyncClient:
         return guarded_client(
@@ -164,7 +188,8 @@ class WebClient:
         async with self._client() as client:
             for _ in range(MAX_REDIRECTS + 1):
                 try:
-                    async with client.stream("GET", current) as r:
+                    dialled, headers = self._dialled(current)
+                    async with client.stream("GET", dialled, headers=headers) as r:
                         step = await self._step(url, current, r, read_body, follow, check_robots)
                 except EgressRefused:  # raised before any connection to the refused address
                     return Response(url, current, None, "blocked", note=BLOCKED)

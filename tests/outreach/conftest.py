@@ -14,6 +14,7 @@ import pytest
 
 from app.pipeline.loop import Pipeline
 from app.settings import load_settings
+from app.outreach.settings import OutreachSettings, load_outreach_settings, using_outreach_settings
 from app.outreach import STAGES
 from app.outreach.campaigns import add_campaign
 from tests.outreach.servers import FakeLlm, Recorder, ServerThread, site_app
@@ -71,15 +72,36 @@ def llm(_llm_server):
     return fake
 
 
+OUTREACH_FIELDS = frozenset(OutreachSettings.model_fields)
+
+
 def settings(**overrides):
-    base = dict(database_url="postgresql://unused", fetch_timeout_seconds=0.4, fetch_max_bytes=2048,
-                llm_base_url=None, llm_model=None, llm_api_key=None,
-                fetch_allow_private=",".join(sorted(_REACHABLE)))
+    """The queue's settings for a test; the example's are `example_settings`."""
+    misplaced = OUTREACH_FIELDS & overrides.keys()
+    assert not misplaced, f"{sorted(misplaced)} are the example's settings: pass them to run() or example_settings()"
+    base = dict(database_url="postgresql://unused", fetch_allow_private=",".join(sorted(_REACHABLE)))
     return load_settings(**{**base, **overrides})
 
 
+def example_settings(**overrides) -> OutreachSettings:
+    """The example's settings for a test: a short fetch timeout, small pages, no LLM."""
+    base = dict(fetch_timeout_seconds=0.4, fetch_max_bytes=2048, llm_base_url=None, llm_model=None,
+                llm_api_key=None)
+    return load_outreach_settings(**{**base, **overrides})
+
+
+@pytest.fixture(autouse=True)
+def _example_settings_in_use():
+    """Every test here reads example_settings() unless it puts others in place."""
+    with using_outreach_settings(example_settings()):
+        yield
+
+
 async def run(pool, trigger: str = "manual", stages=None, **overrides):
-    return await Pipeline(pool, stages or STAGES, settings(**overrides)).run(trigger)
+    """One pipeline run; `overrides` may name the queue's settings and the example's."""
+    example = {name: overrides.pop(name) for name in list(overrides) if name in OUTREACH_FIELDS}
+    with using_outreach_settings(example_settings(**example)):
+        return await Pipeline(pool, stages or STAGES, settings(**overrides)).run(trigger)
 
 
 async def campaign(pool, url: str, plan: str = "pro", owner: str | None = None):

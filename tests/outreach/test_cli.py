@@ -25,7 +25,7 @@ async def test_campaign_add_creates_the_owner_on_the_plan_and_queues_the_brief(d
     assert await pool.fetchval("SELECT plan FROM subscriptions JOIN users ON users.id = user_id "
                                "WHERE email = 'ann@example.com'") == "pro"
     job = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1::uuid", made["briefJob"])
-    assert job["type"] == "brief" and str(job["campaign_id"]) == made["id"]
+    assert job["type"] == "brief" and str(job["lane"]) == made["id"]
     # a second campaign for the same owner keeps their plan; no owner means the local default
     again = json.loads(cli("campaign", "add", "https://two.example.com", "--owner", "ann@example.com",
                            env=EXAMPLE, dsn=dsn).stdout)

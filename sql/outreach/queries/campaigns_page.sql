@@ -1,0 +1,19 @@
+-- A page of campaigns, newest first over (created_at, id): those row-level security lets
+-- the caller see (a user's own; every one with an admin key). $1: only this status, or
+-- NULL; $2, $3: after this keyset (created_at, id), or NULL; $4: how many.
+SELECT c.id, c.name, c.url, c.status, c.created_at,
+       u.email AS owner, c.user_id IS NULL AS ownerless, s.plan,
+       (SELECT count(*) FROM pages p WHERE p.campaign_id = c.id)::int AS pages_found,
+       (SELECT count(*) FROM pages p WHERE p.campaign_id = c.id AND p.state = 'fetched')::int
+           AS pages_fetched,
+       (SELECT count(*) FROM pages p WHERE p.campaign_id = c.id AND p.state = 'queued')::int
+           AS pages_queued,
+       (SELECT count(*) FROM contacts k WHERE k.campaign_id = c.id)::int AS contacts,
+       (SELECT count(*) FROM drafts d WHERE d.campaign_id = c.id)::int AS drafts
+FROM campaigns c
+LEFT JOIN users u ON u.id = c.user_id
+LEFT JOIN subscriptions s ON s.user_id = c.user_id
+WHERE ($1::text IS NULL OR c.status = $1)
+  AND ($2::timestamptz IS NULL OR (c.created_at, c.id) < ($2, $3::uuid))
+ORDER BY c.created_at DESC, c.id DESC
+LIMIT $4
