@@ -4,10 +4,12 @@
 - The EventBridge schedule ({"source": "aws.events", "detail-type": "Scheduled
   Event"}), which Mangum cannot handle: the pipeline directly, trigger "cron".
 
-Everything heavy lives at module level and is created on the first invocation: the
-settings, the app, its asyncpg pool and one event loop. Warm invocations reuse them.
-Mangum runs with lifespan="off", because with lifespan on it would run startup and
-shutdown (and so open and close the pool) on every invocation.
+Importing this module costs almost nothing: a cold start pays for what its event needs,
+on the first invocation. The schedule needs the runtime (settings, stages, the pool); the
+FastAPI app and Mangum are imported and built only when the first HTTP event comes
+(bench/coldstart.py measures both). Warm invocations reuse them, the runtime's asyncpg
+pool and one event loop. Mangum runs with lifespan="off", because with lifespan on it
+would run startup and shutdown (and so open and close the pool) on every invocation.
 
 The budget is min(the configured budget, the invocation's remaining time minus
 LAMBDA_SAFETY_MARGIN_SECONDS); handlers are cut at the remaining time minus
@@ -20,15 +22,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-from mangum import Mangum
-
-from app.api.main import create_app
-from app.logs import configure_logging
-from app.pipeline.stage import Stage
-from app.runtime import Runtime, remaining_seconds, run_json
-from app.settings import Settings, get_settings
+if TYPE_CHECKING:  # imported when first needed: see the module's docstring
+    from app.pipeline.stage import Stage
+    from app.settings import Settings
 
 log = logging.getLogger("skiplock.lambda")
 
@@ -55,11 +53,30 @@ class LambdaApp:
     """One warm Lambda container's worth of state, callable as a handler."""
 
     def __init__(self, settings: Settings | None = None, stages: list[Stage] | None = None) -> None:
-        self.app = create_app(settings or get_settings(), stages)
-        self.runtime: Runtime = self.app.state.runtime
+        from app.runtime import Runtime
+        from app.settings import get_settings
+
+        self.runtime = Runtime(settings or get_settings(), stages)
         self.loop = asyncio.new_event_loop()
-        with _current_loop(self.loop):
-            self.mangum = Mangum(self.app, lifespan="off")
+        self._mangum = None
+
+    @property
+    def mangum(self):
+        """Mangum over the FastAPI app, sharing this container's runtime (and so its pool);
+        built on the first HTTP event."""
+        if self._mangum is None:
+            from mangum import Mangum
+
+            from app.api.main import create_app
+
+            app = create_app(runtime=self.runtime)
+            with _current_loop(self.loop):
+                self._mangum = Mangum(app, lifespan="off")
+        return self._mangum
+
+    @property
+    def app(self):
+        return self.mangum.app
 
     def __call__(self, event: dict, context: Any) -> dict:
         with _current_loop(self.loop):
@@ -70,6 +87,8 @@ class LambdaApp:
     async def scheduled(self, event: dict, context: Any) -> dict:
         """The five-minute schedule: run once; a failed run is logged, not raised (raising
         would make Lambda retry the async invocation, and the next tick comes anyway)."""
+        from app.runtime import remaining_seconds, run_json
+
         result = await self.runtime.run("cron", remaining=remaining_seconds(context))
         body = run_json(result.row, result.budget_seconds)
         if result.stop_reason == "error":
@@ -83,6 +102,9 @@ _instance: LambdaApp | None = None
 def handler(event: dict, context: Any) -> dict:
     global _instance
     if _instance is None:
+        from app.logs import configure_logging
+        from app.settings import get_settings
+
         settings = get_settings()
         configure_logging(settings.log_level)
         _instance = LambdaApp(settings)

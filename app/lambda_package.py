@@ -3,13 +3,16 @@ requirements, which serverless.yml deploys as it is (package.artifact).
 
     python -m app.lambda_package [--out .build/lambda.zip] [--no-deps]
 
-The requirements are the `dependencies` of pyproject.toml, installed by pip as wheels
-for the Lambda runtime (CPython 3.11, manylinux x86_64), whatever this machine is.
-File times are fixed, so the same input gives the same zip."""
+The requirements are the `dependencies` of pyproject.toml but those Lambda never runs
+(LAMBDA_LEAVES_OUT: uvicorn serves the app elsewhere; a Function URL goes through
+Mangum), installed by pip as wheels for the Lambda runtime (CPython 3.11, manylinux
+x86_64), whatever this machine is. The dev extras never go in. File times are fixed, so
+the same input gives the same zip; it prints its size (docs/performance.md keeps it)."""
 
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import tempfile
@@ -22,12 +25,19 @@ ARTIFACT = Path(".build/lambda.zip")  # serverless.yml: package.artifact
 LAMBDA_PYTHON = "3.11"                # serverless.yml: provider.runtime python3.11
 LAMBDA_PLATFORM = "manylinux2014_x86_64"  # serverless.yml: provider.architecture x86_64
 SKIP_PARTS = {"__pycache__", "bin"}
+LAMBDA_LEAVES_OUT = {"uvicorn"}       # distributions Lambda never imports
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
 
+def _name(requirement: str) -> str:
+    return re.split(r"[\s<>=!~;\[(@]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
 def requirements(root: Path = ROOT) -> list[str]:
+    """pyproject.toml's dependencies, but those in LAMBDA_LEAVES_OUT."""
     with open(root / "pyproject.toml", "rb") as f:
-        return list(tomllib.load(f)["project"]["dependencies"])
+        listed = tomllib.load(f)["project"]["dependencies"]
+    return [r for r in listed if _name(r) not in LAMBDA_LEAVES_OUT]
 
 
 def install_requirements(target: Path, reqs: list[str]) -> None:
@@ -61,6 +71,9 @@ def build(out: Path, with_deps: bool = True, root: Path = ROOT) -> list[str]:
             install_requirements(site, requirements(root))
         with zipfile.ZipFile(out, "w") as zf:
             for path in _files(root / "app", "**/*.py"):
+                names.append(path.relative_to(root).as_posix())
+                _add(zf, path, names[-1])
+            for path in _files(root / "app" / "api" / "static", "*"):  # the dashboard's page and assets
                 names.append(path.relative_to(root).as_posix())
                 _add(zf, path, names[-1])
             for path in _files(root / "sql", "**/*.sql"):

@@ -20,6 +20,7 @@ import asyncpg
 from app.engine.db import create_pool
 from app.pipeline.loop import Pipeline, RunResult
 from app.pipeline.registry import check_stages, load_stages
+from app.pipeline.run_record import RunNotRecorded
 from app.pipeline.stage import Stage
 from app.plugin import Plugin, load_plugins, plugin_stages
 from app.settings import Settings
@@ -59,6 +60,17 @@ async def database_url(settings: Settings, *, embedded: bool) -> str:
         from app.devdb import local_database_url  # the embedded server is an optional extra
         return await local_database_url(Path(settings.local_data_dir))
     raise DatabaseNotConfigured("DATABASE_URL is not set")
+
+
+def behind_pooler(settings: Settings) -> bool:
+    """DATABASE_DIRECT_URL beside DATABASE_URL says DATABASE_URL is a transaction pooler."""
+    return bool(settings.database_url and settings.database_direct_url)
+
+
+async def direct_database_url(settings: Settings, *, embedded: bool) -> str:
+    """Where what needs a session goes (migrations, the worker's LISTEN): DATABASE_DIRECT_URL,
+    else the one database URL."""
+    return settings.database_direct_url or await database_url(settings, embedded=embedded)
 
 
 def remaining_seconds(context: Any) -> float | None:
@@ -143,6 +155,9 @@ class Runtime:
     async def dsn(self) -> str:
         return await database_url(self.settings, embedded=self.embedded_database)
 
+    async def direct_dsn(self) -> str:
+        return await direct_database_url(self.settings, embedded=self.embedded_database)
+
     async def pool(self) -> asyncpg.Pool:
         """The pool; DatabaseUnavailable (or DatabaseNotConfigured) when there is none."""
         if self._pool is not None:
@@ -153,7 +168,8 @@ class Runtime:
             if self._pool is None:
                 dsn = await self.dsn()
                 with database_errors():
-                    self._pool = await create_pool(dsn, self.settings.db_pool_size)
+                    self._pool = await create_pool(dsn, self.settings.db_pool_size,
+                                                   pooled=behind_pooler(self.settings))
                 self.pools_created += 1
         return self._pool
 
@@ -164,8 +180,11 @@ class Runtime:
         limits = run_limits(self.settings, requested, remaining)
         pool = await self.pool()
         with database_errors():  # the runs row could not even be written
-            return await Pipeline(pool, self.stages, self.settings).run(
-                trigger, budget=limits.budget, hard_limit=limits.hard_limit)
+            try:
+                return await Pipeline(pool, self.stages, self.settings).run(
+                    trigger, budget=limits.budget, hard_limit=limits.hard_limit)
+            except RunNotRecorded as exc:  # its message says which run and why
+                raise DatabaseUnavailable(str(exc)) from exc
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None

@@ -230,11 +230,17 @@ async def test_an_engine_error_still_writes_the_runs_row(pool):
 
 
 async def test_a_killed_run_is_closed_as_an_error_by_the_next_run(pool):
-    abandoned = await f.run(pool, "cron")
-    await pool.execute("UPDATE runs SET started_at = now() - interval '1 hour' WHERE id = $1", abandoned)
+    """Closed once its heartbeat is a minute old, with the counts of its last beat; a run
+    that beat a moment ago is alive, however long ago it started."""
+    abandoned, alive = await f.run(pool, "cron"), await f.run(pool, "cron")
+    await pool.execute("UPDATE runs SET heartbeat_at = now() - interval '61 seconds', jobs_done = 7 "
+                       "WHERE id = $1", abandoned)
+    await pool.execute("UPDATE runs SET started_at = now() - interval '1 hour' WHERE id = $1", alive)
     await pipeline(pool, []).run("cron")
     row = await run_row(pool, abandoned)
-    assert row["stop_reason"] == "error" and "without finishing" in row["error"]
+    assert row["stop_reason"] == "error" and row["error"].startswith("abandoned: no heartbeat since")
+    assert row["jobs_done"] == 7 and row["finished_at"] is not None
+    assert (await run_row(pool, alive))["finished_at"] is None
 
 
 async def test_stuck_jobs_are_swept_at_the_start_of_a_run(pool):

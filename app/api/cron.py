@@ -1,7 +1,11 @@
 """GET/POST /cron/pipeline: run the pipeline once, inside the budget, and return the run.
 
 Called by the schedule (through the Lambda handler), by a manual `curl`, and by
-anything else that can send `Authorization: Bearer <CRON_SECRET>`."""
+anything else that can send `Authorization: Bearer <CRON_SECRET>`. A run started here
+is recorded as `http` (a person's: it may spend the quota reserve), unless the caller
+says it is the schedule with `X-Skiplock-Trigger: cron`: then it is recorded as `cron`
+and keeps cron's rules. Only a caller that passed the cron secret gets this far, and
+the header can only give up the reserve, never gain anything."""
 
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ from app.runtime import Runtime, remaining_seconds, run_json
 router = APIRouter()
 
 ALLOWED_PARAMS = {"budget"}
+TRIGGER_HEADER = "x-skiplock-trigger"
+TRIGGERS = ("cron", "http")  # what the header may say; without it: http
 
 
 def get_runtime(request: Request) -> Runtime:
@@ -60,12 +66,30 @@ def _budget(request: Request, raw: str | None) -> float | None:
     return value
 
 
+def _trigger(request: Request) -> str:
+    said = request.headers.getlist(TRIGGER_HEADER)
+    if len(said) > 1:
+        raise ApiError(400, "bad_request", "give the X-Skiplock-Trigger header at most once")
+    if not said:
+        return "http"
+    trigger = said[0].strip().lower()
+    if trigger not in TRIGGERS:
+        raise ApiError(400, "invalid_trigger",
+                       f"X-Skiplock-Trigger must be 'cron' (a scheduler) or 'http' (got {said[0][:40]!r})",
+                       {"header": "X-Skiplock-Trigger", "allowed": list(TRIGGERS)})
+    return trigger
+
+
 async def _run(request: Request, budget: str | None) -> JSONResponse:
     requested = _budget(request, budget)
+    trigger = _trigger(request)
     # in Lambda (through Mangum) the invocation's context rides in the scope
     remaining = remaining_seconds(request.scope.get("aws.context"))
-    result = await get_runtime(request).run("http", requested, remaining)
+    result = await get_runtime(request).run(trigger, requested, remaining)
     body = run_json(result.row, result.budget_seconds)
+    if result.database_lost:  # recorded, but cut short by the database, not by the work
+        raise ApiError(503, "database_unavailable",
+                       f"the run lost its database connection and stopped: {result.error}", body)
     if result.stop_reason == "error":
         raise ApiError(500, "run_failed", f"the run stopped on an error: {result.error}", body)
     return JSONResponse(body)  # as run_json wrote it, like GET /runs/{id}

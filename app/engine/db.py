@@ -1,10 +1,19 @@
-"""Connections: an asyncpg pool whose connections speak JSON for jsonb."""
+"""Connections: an asyncpg pool whose connections speak JSON for jsonb, straight to
+PostgreSQL or through a transaction pooler (PgBouncer, RDS Proxy, Supabase's pooler)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import asyncpg
+
+# What a lost or refused connection looks like (PostgreSQL restarting or shutting down,
+# a pooler that lost its server, the socket gone): worth trying again shortly, unlike an
+# error in the statement itself.
+CONNECTION_ERRORS = (OSError, asyncio.TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
+                     asyncpg.CannotConnectNowError, asyncpg.AdminShutdownError, asyncpg.CrashShutdownError,
+                     asyncpg.TooManyConnectionsError)
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
@@ -18,13 +27,23 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
 SERVER_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
 
 
-async def create_pool(dsn: str, size: int = 10) -> asyncpg.Pool:
+def _options(pooled: bool) -> dict:
+    """Behind a transaction pooler, consecutive statements may reach different server
+    sessions: no startup parameter (PgBouncer refuses unknown ones) and no named prepared
+    statement (it would be missing on the next session). asyncpg then sends each
+    statement's Parse again with its Bind, so every call is planned afresh and
+    plan_cache_mode has nothing to cache (docs/deploy.md#behind-a-connection-pooler)."""
+    if pooled:
+        return {"statement_cache_size": 0}
+    return {"server_settings": SERVER_SETTINGS}
+
+
+async def create_pool(dsn: str, size: int = 10, *, pooled: bool = False) -> asyncpg.Pool:
     return await asyncpg.create_pool(
-        dsn, min_size=1, max_size=size, init=_init_connection, command_timeout=60,
-        server_settings=SERVER_SETTINGS)
+        dsn, min_size=1, max_size=size, init=_init_connection, command_timeout=60, **_options(pooled))
 
 
-async def connect(dsn: str) -> asyncpg.Connection:
-    conn = await asyncpg.connect(dsn)
+async def connect(dsn: str, *, pooled: bool = False) -> asyncpg.Connection:
+    conn = await asyncpg.connect(dsn, **({"statement_cache_size": 0} if pooled else {}))
     await _init_connection(conn)
     return conn

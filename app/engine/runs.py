@@ -12,9 +12,27 @@ import asyncpg
 from app.engine.queries import query
 
 
-async def start_run(db, trigger: str) -> uuid.UUID:
-    row = await db.fetchrow(query("run_start"), trigger)
-    return row["id"]
+# A live run beats this often; a run whose last beat is older than ABANDONED_AFTER_SECONDS
+# is taken for dead (several missed beats: a busy event loop or a short database restart
+# is not enough) and closed by a later run.
+HEARTBEAT_SECONDS = 15.0
+ABANDONED_AFTER_SECONDS = 60.0
+
+
+async def start_run(db, trigger: str, run_id: uuid.UUID | None = None) -> uuid.UUID:
+    """Open a run's row. With `run_id` (chosen by the caller) it is safe to call again after
+    an attempt whose answer was lost."""
+    if run_id is None:
+        row = await db.fetchrow(query("run_start"), trigger)
+        return row["id"]
+    await db.execute(query("run_start_as"), run_id, trigger)
+    return run_id
+
+
+async def beat(db, run_id: uuid.UUID, *, done: int, failed: int, deferred: int, units: int,
+               summary: dict[str, Any]) -> None:
+    """The run is alive; its counts so far go with the beat."""
+    await db.execute(query("run_heartbeat"), run_id, done, failed, deferred, units, summary)
 
 
 async def finish_run(db, run_id: uuid.UUID, *, stop_reason: str, done: int, failed: int,
@@ -23,8 +41,9 @@ async def finish_run(db, run_id: uuid.UUID, *, stop_reason: str, done: int, fail
                              units, summary, error)
 
 
-async def close_abandoned_runs(db, older_than_seconds: float) -> list[uuid.UUID]:
-    rows = await db.fetch(query("close_abandoned_runs"), float(older_than_seconds))
+async def close_abandoned_runs(db, silent_seconds: float = ABANDONED_AFTER_SECONDS) -> list[uuid.UUID]:
+    """Close, as `error`, the open runs that have not beaten for `silent_seconds`."""
+    rows = await db.fetch(query("close_abandoned_runs"), float(silent_seconds))
     return [r["id"] for r in rows]
 
 

@@ -6,7 +6,12 @@ on `skiplock_jobs`, notified by a trigger on jobs) or the poll interval passes, 
 work also becomes due by time (backoff, deferrals, schedules). stop() — on SIGTERM —
 stops claiming, gives in-flight handlers the grace period, defers what is still
 running, records the run and returns. Running it beside the cron endpoint is safe:
-both claim with SKIP LOCKED, and maintenance ticks are enqueued once per period."""
+both claim with SKIP LOCKED, and maintenance ticks are enqueued once per period.
+
+LISTEN needs a session of its own, so the listener connects to `dsn`, the direct URL
+(DATABASE_DIRECT_URL when DATABASE_URL is a transaction pooler); the pool may be the
+pooler's. A database restart does not end the worker: the run records what it can,
+the listener reconnects, and the next run starts after a poll interval."""
 
 from __future__ import annotations
 
@@ -15,7 +20,9 @@ import logging
 
 import asyncpg
 
+from app.engine.db import CONNECTION_ERRORS
 from app.pipeline.loop import Pipeline, RunResult
+from app.pipeline.run_record import RunNotRecorded
 from app.pipeline.stage import Stage
 from app.settings import Settings
 
@@ -52,12 +59,24 @@ class Worker:
         if not self._stopped:
             self._wake.clear()
 
-    async def run(self) -> None:
+    async def _listen(self) -> asyncpg.Connection:
         listener = await asyncpg.connect(self.dsn)
         await listener.add_listener(CHANNEL, self._notified)
+        return listener
+
+    async def run(self) -> None:
+        listener = await self._listen()  # the first connection must work: a bad URL ends here
         try:
             while not self._stopped:
-                result = await self.pipeline.run("worker", idle=self._idle)
+                try:
+                    if listener.is_closed():  # the server restarted since
+                        listener = await self._listen()
+                    result = await self.pipeline.run("worker", idle=self._idle)
+                except (RunNotRecorded, *CONNECTION_ERRORS) as exc:
+                    log.warning("the database is away (%s: %s); trying again in %ss",
+                                type(exc).__name__, exc, self.settings.worker_poll_seconds)
+                    await self._idle(self.settings.worker_poll_seconds)
+                    continue
                 self.runs.append(result)
                 if result.stop_reason in ("error", "quota_reserve", "quota_exhausted") and not self._stopped:
                     # not a reason to spin: wait a poll interval (or a signal) before trying again

@@ -1,7 +1,10 @@
--- A run row never finished long after the platform limit ($1 seconds) belongs to an
--- invocation that was killed: close it as an error so the log does not lie.
+-- A run row whose heartbeat stopped more than $1 seconds ago belongs to an invocation that
+-- was killed, timed out or lost the database for good: close it as an error so the log
+-- does not lie. Its counts are those of its last heartbeat.
 UPDATE runs
 SET stop_reason = 'error', finished_at = now(),
-    error = 'the invocation ended without finishing its run (killed or timed out)'
-WHERE finished_at IS NULL AND started_at < now() - make_interval(secs => $1)
+    error = format('abandoned: no heartbeat since %s (the invocation was killed, timed out '
+                   'or lost the database); counts as of that heartbeat',
+                   to_char(heartbeat_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
+WHERE finished_at IS NULL AND heartbeat_at < now() - make_interval(secs => $1)
 RETURNING id

@@ -1,0 +1,113 @@
+"""Every invocation leaves its runs row, whatever the database does: PostgreSQL restarted
+(`pg_ctl restart -m fast`) under three overlapping `run-once` invocations. This test
+starts a PostgreSQL of its own, so the session's server is not disturbed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from app.devdb import SYSTEM_USER, LocalPostgres, _bin_dir
+from app.engine.db import connect
+from app.engine.jobs import NewJob, enqueue_many
+from app.engine.migrate import migrate
+from app.runtime import Runtime
+from app.settings import load_settings
+from app.pipeline.stage import Stage
+from tests.pooler.stages import echo
+
+JOBS = 900
+
+
+@pytest.fixture
+async def own_server():
+    folder = Path(tempfile.mkdtemp(prefix="skiplock-restart-"))
+    server = LocalPostgres(folder, fast=True)
+    port = await asyncio.to_thread(server.start)
+    try:
+        dsn = server.dsn(port)
+        conn = await connect(dsn)
+        try:
+            await migrate(conn, [])  # the queue's chain: no plug-in
+        finally:
+            await conn.close()
+        yield server, dsn
+    finally:
+        await asyncio.to_thread(server.stop)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def restart(server: LocalPostgres) -> None:
+    as_server = {"user": SYSTEM_USER} if os.geteuid() == 0 else {}
+    subprocess.run([str(_bin_dir() / "pg_ctl"), "-D", str(server.data_dir / "pgdata"), "-l",
+                    str(server.log_path), "-m", "fast", "-w", "restart"],
+                   check=True, capture_output=True, **as_server)
+
+
+async def test_a_restart_under_three_runs_leaves_every_row_closed_and_truthful(own_server):
+    server, dsn = own_server
+    db = await connect(dsn)  # jsonb as JSON
+    try:
+        await enqueue_many(db, [NewJob(type="echo", payload={"seconds": 0.01}) for _ in range(JOBS)])
+        env = {**os.environ, "DATABASE_URL": dsn, "PIPELINE_PLUGINS": "", "RUN_SCHEDULER": "false",
+               "PIPELINE_STAGES": "tests.pooler.stages:ECHO", "LOG_LEVEL": "ERROR"}
+        procs = [subprocess.Popen([sys.executable, "-m", "app", "run-once", "--budget", "120"], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(3)]
+        try:
+            deadline = time.monotonic() + 90
+            while not await db.fetchval(  # all three are running, and working
+                    "SELECT (SELECT count(*) FROM runs) = 3 AND "
+                    "(SELECT count(*) FROM jobs WHERE status = 'done') >= $1", JOBS // 20):
+                assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+                await asyncio.sleep(0.05)
+            await db.close()
+            await asyncio.to_thread(restart, server)  # every connection is cut, mid-batch
+            outs = [await asyncio.to_thread(p.communicate, timeout=120) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        db = await connect(dsn)
+        # each invocation wrote its own row, and said how it ended: exit 1 and `error` naming
+        # the lost connection if the restart cut it, else 0 and done
+        for p, (out, err) in zip(procs, outs):
+            assert out, (p.returncode, err[-2000:])
+            body = json.loads(out)
+            row = await db.fetchrow("SELECT * FROM runs WHERE id = $1::uuid", body["id"])
+            assert row["finished_at"] is not None and row["stop_reason"] == body["stopReason"]
+            if p.returncode == 1:
+                assert body["stopReason"] == "error" and "Error" in body["error"], body
+                assert err.strip().splitlines()[-1].startswith(f"error: run {body['id']} stopped on an error:")
+            else:
+                assert p.returncode == 0 and body["stopReason"] == "no_work", (p.returncode, body, err)
+        assert [p.returncode for p in procs].count(1) >= 1  # the restart did cut somebody
+        # what the cut runs held comes back (their leases, aged here instead of waited for)
+        await db.execute("UPDATE jobs SET locked_at = now() - interval '1 hour' WHERE status = 'running'")
+        wide = [Stage(type="echo", handler=echo, batch=100, concurrency=100, lease=2, timeout=1)]  # quicker
+        runtime = Runtime(load_settings(database_url=dsn, run_scheduler=False, pipeline_plugins=""), wide)
+        try:
+            last = await runtime.run("manual", 60)
+        finally:
+            await runtime.close()
+        assert last.stop_reason == "no_work"
+        rows = await db.fetch("SELECT status, attempts FROM jobs WHERE type = 'echo'")
+        assert {r["status"] for r in rows} == {"done"} and len(rows) == JOBS
+        assert max(r["attempts"] for r in rows) <= 2
+        assert await db.fetchval("SELECT count(*) FROM runs WHERE finished_at IS NULL") == 0
+        # counted once each: a batch whose completion committed as the connection broke is
+        # the only thing a run may fail to count (at most one batch of ten per cut run)
+        counted = await db.fetchval("SELECT sum(jobs_done) FROM runs")
+        assert JOBS - 3 * 10 <= counted <= JOBS
+    finally:
+        await db.close()
