@@ -39,12 +39,7 @@ from app.pipeline.stage import Stage
 from app.settings import load_settings
 
 from bench import fixtures
-
-TYPE = "noop"
-
-
-async def noop(job, ctx) -> None:
-    return None
+from bench.noop_stage import TYPE, noop
 
 
 def _lanes(shape: str, campaign_ids: list[uuid.UUID]) -> list[uuid.UUID | None]:
@@ -87,7 +82,7 @@ async def _one(pool, settings, lanes, n: int, workers: int, batch: int, cap: flo
     await _reset(pool)
     trigger = await _audit_trigger(pool, on=variant != "no-audit")
     audit_before = await _audit_rows(pool)
-    jobs = [NewJob(type=TYPE, campaign_id=lanes[i % len(lanes)]) for i in range(n)]
+    jobs = [NewJob(type=TYPE, lane=lanes[i % len(lanes)]) for i in range(n)]
     t = time.perf_counter()
     ids = await q.enqueue_many(pool, jobs)
     enqueue_s = time.perf_counter() - t
@@ -155,13 +150,14 @@ async def run(server, *, n: int, workers: int, batches: list[int], shapes: list[
               log=print) -> dict:
     name = "skiplock_bench_drain"
     dsn = await server.fresh_database(name)
-    pool = await create_pool(dsn, size=workers)  # the pipeline's pool, its settings included
+    # the pipeline's pool, its settings included; room for each run's held connection and heartbeat
+    pool = await create_pool(dsn, size=2 * workers)
     # The budget is the sub-benchmark's cap: a run that hits it did not drain, and the
     # checks below say so.
     settings = load_settings(database_url=dsn, pipeline_budget_seconds=cap,
                              platform_limit_seconds=cap + 60, finish_margin_seconds=10)
     out: dict = {"n": n, "workers": workers, "campaigns": campaigns, "repeats": repeats,
-                 "pool_size": workers, "stage": {"batch": batches, "concurrency": 1},
+                 "pool_size": 2 * workers, "stage": {"batch": batches, "concurrency": 1},
                  "pool_plan_cache_mode": await pool.fetchval("SHOW plan_cache_mode"),
                  "internal_recheck_seconds": getattr(loop, "INTERNAL_RECHECK_SECONDS", None),
                  "results": {}}
@@ -261,7 +257,7 @@ async def statement_costs(server, *, campaigns: int, n: int, calls: int, log=pri
                 await conn.execute("SELECT set_config('app.current_actor_kind', '', false)")
                 await _reset(conn)
                 lanes = _lanes(shape, lanes_by[config])
-                await q.enqueue_many(conn, [NewJob(type=TYPE, campaign_id=lanes[i % len(lanes)])
+                await q.enqueue_many(conn, [NewJob(type=TYPE, lane=lanes[i % len(lanes)])
                                             for i in range(n)])
                 await conn.execute("VACUUM ANALYZE jobs, job_lanes, job_lane_hours")
                 runs[config] = await conn.fetchval(query("run_start"), "bench")
@@ -322,7 +318,7 @@ async def overlap_check(server, log=print) -> dict:
     try:
         free, standard, pro = await fixtures.campaigns(a, 3)  # plans cycle free, standard, pro
         for campaign, count in ((pro, 25), (standard, 1000), (free, 1000)):
-            await q.enqueue_many(a, [NewJob(type="t", campaign_id=campaign) for _ in range(count)])
+            await q.enqueue_many(a, [NewJob(type="t", lane=campaign) for _ in range(count)])
         run_a = await a.fetchval(query("run_start"), "bench")
         run_b = await b.fetchval(query("run_start"), "bench")
         lease = Lease("t", 300, 3)
@@ -332,7 +328,7 @@ async def overlap_check(server, log=print) -> dict:
         got_b = await q.claim(b, lease, run_b, 25)
         ready = await b.fetchval(
             "SELECT count(*) FROM jobs WHERE status = 'pending' AND run_after <= now() "
-            "AND campaign_id <> $1", pro)
+            "AND lane <> $1", pro)
         await tr.rollback()
     finally:
         await a.close()

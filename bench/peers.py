@@ -34,6 +34,16 @@ def _venv_python() -> Path:
     return py
 
 
+def _peer_env(admin_dsn: str, port: int, results: Path) -> dict[str, str]:
+    """The peers' scripts name no password; libpq's PGPASSWORD (asyncpg reads it too)
+    carries the server's, as the embedded server has one."""
+    env = {**os.environ, "PGPORT": str(port), "BENCH_RESULTS": str(results)}
+    password = urlparse(admin_dsn).password
+    if password:
+        env["PGPASSWORD"] = password
+    return env
+
+
 def _port(admin_dsn: str) -> int | None:
     u = urlparse(admin_dsn)
     if u.hostname not in ("127.0.0.1", "localhost") or (u.username or "postgres") != "postgres":
@@ -57,7 +67,7 @@ async def run(server, *, peers_dir: Path, variants: list[str], n: int, concurren
                  "variants": {}}
     for variant in variants:
         results = Path(tempfile.mkstemp(prefix="skiplock-peers-", suffix=".jsonl")[1])
-        env = {**os.environ, "PGPORT": str(port), "BENCH_RESULTS": str(results)}
+        env = _peer_env(server.admin_dsn, port, results)
         proc = await asyncio.create_subprocess_exec(
             str(py), str(script), "--n", str(n), "--concurrency", str(concurrency),
             "--runs", str(repeats), "--variant", variant, cwd=str(peers_dir), env=env,
@@ -79,11 +89,11 @@ async def run(server, *, peers_dir: Path, variants: list[str], n: int, concurren
         log(f"  pgqueuer {variant:9s}: drain {summary.get('process_jobs_s_median', 0):7,.0f} jobs/s"
             f"  enqueue {summary.get('enqueue_jobs_s_median', 0):7,.0f} jobs/s"
             f"  ({summary.get('ok_runs')}/{summary.get('runs')} runs ok)")
-    out["raw_sql"] = await _raw_sql(py, peers_dir, port, n, concurrency, repeats, cap, log)
+    out["raw_sql"] = await _raw_sql(py, peers_dir, server.admin_dsn, port, n, concurrency, repeats, cap, log)
     return out
 
 
-async def _raw_sql(py: Path, peers_dir: Path, port: int, n: int, concurrency: int, repeats: int,
+async def _raw_sql(py: Path, peers_dir: Path, admin_dsn: str, port: int, n: int, concurrency: int, repeats: int,
                    cap: float, log) -> dict:
     """The bare SKIP LOCKED ceiling (raw_sql_drain.py): no fairness, no pipeline, a
     partial index in claim order; claim B then complete, B = 25 and 100."""
@@ -91,7 +101,7 @@ async def _raw_sql(py: Path, peers_dir: Path, port: int, n: int, concurrency: in
     if not script.exists():
         return {"skipped": f"{script} not found"}
     results = Path(tempfile.mkstemp(prefix="skiplock-peers-", suffix=".jsonl")[1])
-    env = {**os.environ, "PGPORT": str(port), "BENCH_RESULTS": str(results)}
+    env = _peer_env(admin_dsn, port, results)
     proc = await asyncio.create_subprocess_exec(
         str(py), str(script), "--n", str(n), "--concurrency", str(concurrency), "--runs", str(repeats),
         "--batches", "25", "100", "--index", "partial", cwd=str(peers_dir), env=env,

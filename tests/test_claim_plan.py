@@ -26,12 +26,12 @@ async def load_history(pool):
     """)
     # a day of finished work, then a backlog: 20 pending jobs per campaign
     await pool.execute(f"""
-        INSERT INTO jobs (type, campaign_id, status, attempts, locked_at, finished_at, created_at)
+        INSERT INTO jobs (type, lane, status, attempts, locked_at, finished_at, created_at)
         SELECT 't', c.id, 'done', 1, now() - interval '2 hours', now() - interval '1 hour',
                now() - interval '3 hours'
         FROM (SELECT id, row_number() OVER () AS n FROM campaigns) c
         JOIN generate_series(1, {DONE_ROWS}) g ON g % 200 = c.n - 1;
-        INSERT INTO jobs (type, campaign_id, created_at)
+        INSERT INTO jobs (type, lane, created_at)
         SELECT 't', c.id, now() - g * interval '1 ms' FROM campaigns c, generate_series(1, 20) g;
         ANALYZE;
     """)
@@ -46,7 +46,7 @@ async def test_claim_plan_stays_off_the_done_rows(pool):
         await tr.start()
         try:
             raw = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + query("claim"),
-                                      "t", 25, run_id, 900.0, 3)
+                                      "t", 25, run_id, 900.0, 3, [], [], [])
         finally:
             await tr.rollback()
     plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
@@ -75,13 +75,13 @@ async def load_lanes(pool):
                             ELSE (ARRAY['free', 'standard', 'pro'])[1 + n % 3] END
             FROM (SELECT id, row_number() OVER (ORDER BY email) AS n FROM users) u;
         INSERT INTO campaigns (user_id, name) SELECT id, email FROM users;
-        INSERT INTO jobs (type, campaign_id, created_at, run_after)
+        INSERT INTO jobs (type, lane, created_at, run_after)
             SELECT 't', c.id, now() - interval '1 day' - g * interval '1 ms', now() + interval '1 hour'
             FROM campaigns c JOIN subscriptions s ON s.user_id = c.user_id, generate_series(1, 2) g
             WHERE c.name IN (SELECT 'lane' || g || '@example.com' FROM generate_series(1, {DEFERRED_LANES}) g);
-        INSERT INTO jobs (type, campaign_id, created_at)
+        INSERT INTO jobs (type, lane, created_at)
             SELECT 't', c.id, now() - g * interval '1 ms' FROM campaigns c, generate_series(1, 2) g
-            WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.campaign_id = c.id);
+            WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.lane = c.id);
         ANALYZE;
     """)
 
@@ -96,7 +96,7 @@ async def explain_claim(pool, run_id, mode: str) -> dict:
             await conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
             await conn.execute("PREPARE claim_plan AS " + query("claim"))
             raw = await conn.fetchval(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_plan('t', 25, '{run_id}', 900.0, 3)")
+                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_plan('t', 25, '{run_id}', 900.0, 3, '{{}}', '{{}}', '{{}}')")
         finally:
             await tr.rollback()
             await conn.execute("DEALLOCATE claim_plan")

@@ -5,11 +5,14 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import asyncpg
 
 from app.engine.queries import query
+
+# The lane of work nobody owns (maintenance, notifications, a job enqueued without one).
+DEFAULT_LANE = uuid.UUID(int=0)
 
 
 @dataclass
@@ -19,7 +22,7 @@ class Job:
     type: str
     payload: dict[str, Any]
     attempts: int
-    campaign_id: uuid.UUID | None
+    lane: uuid.UUID
     run_id: uuid.UUID | None
     batch_id: uuid.UUID | None = None
     dedupe_key: str | None = None
@@ -30,17 +33,18 @@ class Job:
         return cls(**{f: row[f] for f in _JOB_FIELDS})
 
 
-_JOB_FIELDS = ("id", "type", "payload", "attempts", "campaign_id", "run_id", "batch_id", "dedupe_key",
+_JOB_FIELDS = ("id", "type", "payload", "attempts", "lane", "run_id", "batch_id", "dedupe_key",
                "created_at")
+_N_JOB_FIELDS = len(_JOB_FIELDS)
 
 
 @dataclass
 class NewJob:
-    """One job to enqueue. run_after None means now."""
+    """One job to enqueue. lane None means DEFAULT_LANE; run_after None means now."""
     type: str
     payload: dict[str, Any] = field(default_factory=dict)
     dedupe_key: str | None = None
-    campaign_id: uuid.UUID | None = None
+    lane: uuid.UUID | None = None
     run_after: datetime | None = None
     batch_id: uuid.UUID | None = None
     total: int | None = None  # expected units of work, for a progress bar
@@ -57,7 +61,7 @@ class Lease:
 async def enqueue(db, job: NewJob) -> uuid.UUID | None:
     """Insert one job; None when an open job with the same dedupe key exists."""
     return await db.fetchval(query("enqueue"), job.type, job.payload, job.dedupe_key,
-                             job.campaign_id, job.run_after, job.batch_id, job.total)
+                             job.lane, job.run_after, job.batch_id, job.total)
 
 
 async def enqueue_many(db, jobs: Sequence[NewJob]) -> list[uuid.UUID]:
@@ -70,7 +74,7 @@ async def enqueue_many_rows(db, jobs: Sequence[NewJob]) -> list[asyncpg.Record]:
     return await db.fetch(
         query("enqueue_many"),
         [j.type for j in jobs], [j.payload for j in jobs], [j.dedupe_key for j in jobs],
-        [j.campaign_id for j in jobs], [j.run_after for j in jobs], [j.batch_id for j in jobs],
+        [j.lane for j in jobs], [j.run_after for j in jobs], [j.batch_id for j in jobs],
         [j.total for j in jobs])
 
 
@@ -78,9 +82,34 @@ async def claim(db, lease: Lease, run_id: uuid.UUID, limit: int) -> list[Job]:
     """Up to `limit` jobs of the lease's type, now running for run_id: expired leases and
     ready jobs alike, in lane order (priority, least served in the last day, oldest ready
     job), never a job another claim holds, never one of a paused lane."""
-    rows = await db.fetch(
-        query("claim"), lease.type, limit, run_id, float(lease.lease_seconds), lease.max_attempts)
-    return [Job.from_row(r) for r in rows]
+    return (await finish_and_claim(db, lease, run_id, limit)).claimed
+
+
+@dataclass
+class FinishedAndClaimed:
+    """What finish_and_claim wrote and took."""
+    done: int         # of the jobs given as done, those the run still held
+    handed_back: int  # of the jobs given back, those the run still held
+    claimed: list[Job]
+
+
+_NO_IDS: list[uuid.UUID] = []
+
+
+async def finish_and_claim(db, lease: Lease, run_id: uuid.UUID, limit: int,
+                           done: Sequence[uuid.UUID] = _NO_IDS,
+                           hand_back: Mapping[uuid.UUID, datetime] | None = None) -> FinishedAndClaimed:
+    """In one statement: mark `done` finished and hand `hand_back` back (pending again at
+    each one's time, attempt returned), each only if run_id still holds it; then claim
+    as claim() does (limit 0: claim nothing). One round trip for a batch's endings and
+    the next batch."""
+    back = hand_back or {}
+    rows = await db.fetch(query("claim"), lease.type, limit, run_id, float(lease.lease_seconds),
+                          lease.max_attempts, done, list(back), list(back.values()))
+    first = rows[0]
+    # the claim's columns come in Job's field order, then the two counts
+    claimed = [Job(*r[:_N_JOB_FIELDS]) for r in rows] if first[0] is not None else []
+    return FinishedAndClaimed(done=first["done"], handed_back=first["handed_back"], claimed=claimed)
 
 
 async def complete(db, run_id: uuid.UUID, ids: Iterable[uuid.UUID]) -> list[uuid.UUID]:

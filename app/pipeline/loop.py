@@ -13,11 +13,12 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from app.engine import jobs as q
 from app.engine.jobs import Job
-from app.engine.runs import finish_run, start_run
+from app.engine.db import CONNECTION_ERRORS
 from app.pipeline import notifications
 from app.pipeline.maintenance import maintenance_stage, start_of_run
-from app.pipeline.outcomes import BatchEndings, error_text, settle
+from app.pipeline.outcomes import BatchEndings, Settled, error_text, settle
 from app.pipeline.registry import check_stages
+from app.pipeline.run_record import RunRecord
 from app.pipeline.stage import Context, Stage, Tally
 from app.settings import Settings, get_settings
 
@@ -30,6 +31,7 @@ class RunResult:
     claiming budget it had."""
     row: Mapping[str, Any]
     budget_seconds: float
+    database_lost: bool = False  # it stopped because the database connection was lost
 
     run_id = property(lambda self: self.row["id"])
     trigger = property(lambda self: self.row["trigger"])
@@ -45,9 +47,12 @@ class RunResult:
 
 
 IdleWait = Callable[[float], Awaitable[None]]
+Batch = tuple[Stage, list[Job]]          # claimed jobs of one stage
+Ended = tuple[Stage, BatchEndings]       # what a batch of one stage came to
 
 # The pipeline's own stages (maintenance, notify) are rarely busy: once one is found
-# empty, it is looked at again after this long rather than after every batch.
+# empty, it is looked at again after this long rather than after every batch (a
+# webhook waits at most this long behind a backlog).
 INTERNAL_RECHECK_SECONDS = 1.0
 
 
@@ -64,6 +69,8 @@ class Pipeline:
         self.settings = settings or get_settings()
         own = [notifications.NOTIFY_STAGE, *stages]
         self.stages = [maintenance_stage(own), *own]
+        # looked at once a second while found empty, not before every batch
+        self._rarely_busy = {s.type for s in self.stages if s.internal or s is notifications.NOTIFY_STAGE}
         self._stopping = False
         self._budget_deadline = 0.0
         self._timeouts: set[asyncio.Timeout] = set()
@@ -98,21 +105,24 @@ class Pipeline:
         self._budget_deadline = started + budget
         hard_deadline = started + hard_limit
 
-        run_id = await start_run(self.pool, trigger)
         tally = Tally()
+        record = RunRecord(self.pool, trigger, tally)  # the row: retried, beating (run_record.py)
+        run_id = await record.open(hard_deadline)
         ctx = Context(db=self.pool, run_id=run_id, trigger=trigger, settings=s,
                       deadline=self._budget_deadline, tally=tally)
-        stop_reason, error = "no_work", None
-        try:
-            await start_of_run(self.pool, self.stages, ctx)
-            stop_reason = await self._loop(ctx, hard_deadline, idle)
-        except Exception as exc:
-            stop_reason, error = "error", error_text(exc)
-            log.exception("run %s failed", run_id)
-        row = await asyncio.shield(finish_run(
-            self.pool, run_id, stop_reason=stop_reason, done=tally.done, failed=tally.failed,
-            deferred=tally.deferred, units=tally.units, summary=tally.summary(), error=error))
-        result = RunResult(row, budget)
+        stop_reason, error, database_lost = "no_work", None, False
+        async with record.beating():
+            try:
+                await start_of_run(self.pool, self.stages, ctx)
+                stop_reason = await self._loop(ctx, hard_deadline, idle)
+            except Exception as exc:
+                stop_reason, error = "error", error_text(exc)
+                database_lost = isinstance(exc, CONNECTION_ERRORS)
+                log.exception("run %s failed", run_id)
+        # the finish margin is for this write: half of it for retries, half to spare
+        row = await asyncio.shield(record.close(stop_reason, error,
+                                                hard_deadline + s.finish_margin_seconds / 2))
+        result = RunResult(row, budget, database_lost)
         if log.isEnabledFor(logging.INFO):
             log.info(json.dumps({"event": "run", "runId": str(run_id), "trigger": trigger,
                                  "stopReason": result.stop_reason, "jobsDone": result.jobs_done,
@@ -122,42 +132,115 @@ class Pipeline:
 
     async def _loop(self, ctx: Context, hard_deadline: float, idle: IdleWait | None) -> str:
         self._quiet_until.clear()
-        while True:
-            if time.monotonic() >= self._budget_deadline:
-                return "time_budget"
-            stage, claimed, skipped = await self._claim_first(ctx)
-            if not claimed and skipped:
-                # before calling it a day, look at the stages skipped as recently empty too
-                self._quiet_until.clear()
-                stage, claimed, _ = await self._claim_first(ctx)
-            if not claimed:
-                if idle is None or self._stopping:
-                    return "time_budget" if self._stopping else "no_work"
-                wait = self._budget_deadline - time.monotonic()
-                if wait > 0:
-                    await idle(wait)
-                continue
-            stop = await self._run_batch(stage, claimed, ctx, hard_deadline)
-            if stop:
-                return stop
+        # One connection for all the run's claims and endings, acquired once: a pool
+        # acquire and reset around every statement cost a round trip each.
+        async with self.pool.acquire() as conn:
+            return await self._drain(conn, ctx, hard_deadline, idle)
 
-    async def _claim_first(self, ctx: Context) -> tuple[Stage | None, list[Job], bool]:
-        """A batch from the first stage with work (earlier stages win); whether any stage
-        was skipped for having been empty a moment ago."""
-        skipped = False
-        for stage in self.stages:
-            if stage.internal and time.monotonic() < self._quiet_until.get(stage.type, 0.0):
-                skipped = True  # found empty a moment ago: not worth a claim after every batch
-                continue
-            claimed = await q.claim(self.pool, stage.lease_terms, ctx.run_id, stage.batch)
-            if claimed:
-                return stage, claimed, skipped
-            if stage.internal:
-                self._quiet_until[stage.type] = time.monotonic() + INTERNAL_RECHECK_SECONDS
-        return None, [], skipped
+    async def _drain(self, conn, ctx: Context, hard_deadline: float, idle: IdleWait | None) -> str:
+        """The hot loop, one round trip per batch: while batch k runs, one statement writes
+        batch k-1's endings and claims batch k+1 of the same stage (the prefetch), when
+        nothing ahead of that stage is due for a look. A batch with failures is settled
+        as soon as it ends (its hooks never run beside the next batch's handlers)."""
+        batch: Batch | None = None     # claimed, not started
+        written: Ended | None = None   # ended, endings not written yet
+        while True:
+            if batch is None:
+                if self._stopping or time.monotonic() >= self._budget_deadline:
+                    await self._hand_back(conn, ctx, written, None)
+                    return "time_budget"
+                batch, written = await self._claim_first(conn, ctx, written), None
+                if batch is None:
+                    if idle is None or self._stopping:
+                        return "time_budget" if self._stopping else "no_work"
+                    wait = self._budget_deadline - time.monotonic()
+                    if wait > 0:
+                        await idle(wait)
+                    continue
+            stage, jobs = batch
+            if self._stopping or time.monotonic() >= self._budget_deadline:
+                await self._hand_back(conn, ctx, written, batch)
+                return "time_budget"
+            if self._may_prefetch(stage):
+                out, settled = await self._run_while_settling(
+                    self._run_batch(stage, jobs, ctx, hard_deadline),
+                    self._settle(conn, written, ctx, claim=stage))
+                batch = (stage, settled.claimed) if settled.claimed else None
+            else:
+                if written is not None:
+                    await self._settle(conn, written, ctx)
+                out = await self._run_batch(stage, jobs, ctx, hard_deadline)
+                batch = None
+            written = (stage, out)
+            if out.stop_reason:
+                await self._hand_back(conn, ctx, written, batch)
+                return out.stop_reason
+            if out.failed:  # hooks run now, not beside the next batch's handlers
+                await self._settle(conn, written, ctx)
+                written = None
+
+    @staticmethod
+    async def _run_while_settling(running: Awaitable[BatchEndings],
+                                  settling: Awaitable[Settled]) -> tuple[BatchEndings, Settled]:
+        """Both at once. If the write fails (the database went away), the batch's handlers
+        still finish before the error goes up: no handler outlives its run, and the
+        connection is not released while anything of the run is still going on."""
+        batch = asyncio.ensure_future(running)
+        try:
+            settled = await settling
+        except BaseException:
+            await asyncio.gather(batch, return_exceptions=True)
+            raise
+        return await batch, settled
+
+    def _may_prefetch(self, stage: Stage) -> bool:
+        """Claim stage's next batch while this one runs? Only when every stage ahead of it
+        is an internal one found empty a moment ago: earlier stages win every batch."""
+        now = time.monotonic()
+        for ahead in self.stages:
+            if ahead is stage:
+                return not self._stopping and now < self._budget_deadline
+            if ahead.type not in self._rarely_busy or now >= self._quiet_until.get(ahead.type, 0.0):
+                return False
+        return False
+
+    async def _hand_back(self, conn, ctx: Context, written: Ended | None, batch: Batch | None) -> None:
+        """Write what ended, and hand a claimed batch that will not run back at once
+        (pending again, attempt and served count returned: the defer_now ending)."""
+        if batch is not None:
+            stage, jobs = batch
+            if written is None or written[0] is not stage:
+                await self._settle(conn, written, ctx)
+                written = (stage, BatchEndings())
+            for job in jobs:
+                written[1].defer_now(job)
+        await self._settle(conn, written, ctx)
+
+    async def _claim_first(self, conn, ctx: Context, written: Ended | None) -> Batch | None:
+        """A batch from the first stage with work (earlier stages win), the endings still
+        to write going with the first claim. Stages skipped for having been empty a
+        moment ago are looked at again before saying there is no work."""
+        for recheck in (False, True):
+            skipped = False
+            for stage in self.stages:
+                if stage.type in self._rarely_busy and time.monotonic() < self._quiet_until.get(stage.type, 0.0):
+                    skipped = True  # found empty a moment ago: not worth a claim after every batch
+                    continue
+                claimed = (await self._settle(conn, written, ctx, claim=stage)).claimed
+                written = None
+                if claimed:
+                    return stage, claimed
+                if stage.type in self._rarely_busy:
+                    self._quiet_until[stage.type] = time.monotonic() + INTERNAL_RECHECK_SECONDS
+            if not skipped or recheck:
+                break
+            self._quiet_until.clear()
+        if written is not None:
+            await self._settle(conn, written, ctx)
+        return None
 
     async def _run_batch(self, stage: Stage, jobs: list[Job], ctx: Context,
-                         hard_deadline: float) -> str | None:
+                         hard_deadline: float) -> BatchEndings:
         out = BatchEndings()
         if stage.batch_handler is not None:
             await self._call_batch(stage, jobs, ctx, out, hard_deadline)
@@ -165,14 +248,14 @@ class Pipeline:
             for job in jobs:
                 await self._call_one(stage, job, ctx, out, hard_deadline)
         else:
-            gate = asyncio.Semaphore(stage.concurrency)
+            # `concurrency` runners taking the jobs in order: a task per runner, not per job
+            queue = iter(jobs)
 
-            async def one(job: Job) -> None:
-                async with gate:
+            async def runner() -> None:
+                for job in queue:
                     await self._call_one(stage, job, ctx, out, hard_deadline)
-            await asyncio.gather(*(one(j) for j in jobs))
-        await self._settle(stage, out, ctx)
-        return out.stop_reason
+            await asyncio.gather(*(runner() for _ in range(min(stage.concurrency, len(jobs)))))
+        return out
 
     async def _guarded(self, limit: float, call: Awaitable[Any]) -> Any:
         """Await a handler under its time limit; stop() can shorten the limit."""
@@ -225,13 +308,24 @@ class Pipeline:
         for job in jobs:
             out.record(job, problems.get(job.id))
 
-    async def _settle(self, stage: Stage, out: BatchEndings, ctx: Context) -> None:
-        s = await settle(self.pool, stage, out, ctx)
+    async def _settle(self, conn, written: Ended | None, ctx: Context, *,
+                      claim: Stage | None = None) -> Settled:
+        """Write a batch's endings (if any) and count them; claim `claim`'s next batch in
+        the same round trip when given."""
+        if written is None:
+            if claim is None:
+                return Settled()
+            stage, out = claim, BatchEndings()
+        else:
+            stage, out = written
+        s = await settle(conn, stage, out, ctx, claim=claim)
+        if written is None:
+            return s
         t = ctx.tally
         t.lost += s.lost
         t.stage(stage.type, done=s.done, failed=s.failed, deferred=s.deferred)
         if stage.internal:
-            return
+            return s
         t.done += s.done
         t.deferred += s.deferred
         t.failed += s.failed
@@ -239,6 +333,7 @@ class Pipeline:
         if log.isEnabledFor(logging.INFO):
             log.info(json.dumps({"event": "batch", "runId": str(ctx.run_id), "stage": stage.type,
                                  "done": s.done, "failed": s.failed, "deferred": s.deferred}))
+        return s
 
 
 async def run_pipeline(pool, stages: list[Stage], *, trigger: str, budget: float | None = None,

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Iterable
+from typing import AsyncIterator, Iterable
 
 import asyncpg
 
@@ -72,25 +73,34 @@ class BatchEndings:
 
 @dataclass
 class Settled:
-    """What settle() wrote for one batch."""
+    """What settle() wrote for one batch (and the next batch it claimed, if asked)."""
     done: int = 0
     deferred: int = 0
     failed: int = 0   # failed attempts: retried later or given up
     gave_up: int = 0  # of those, failed for good
     lost: int = 0     # endings dropped: another run had reclaimed the job
+    claimed: list[Job] = field(default_factory=list)
 
 
-async def settle(pool, stage: Stage, endings: BatchEndings, ctx: Context) -> Settled:
-    """Write a batch's endings, each guarded by the run still holding the job. A failure
-    whose hook (or write) raised is rolled back and noted in the run's errors: the job
-    stays held until its lease expires, and then the stuck sweep gives it up."""
-    done = await q.complete(pool, ctx.run_id, endings.done)
-    deferred = await q.defer(pool, ctx.run_id, endings.deferred)
-    out = Settled(done=len(done), deferred=len(deferred),
-                  lost=len(endings.done) - len(done) + len(endings.deferred) - len(deferred))
+async def settle(db, stage: Stage, endings: BatchEndings, ctx: Context, *,
+                 claim: Stage | None = None) -> Settled:
+    """Write a batch's endings, each guarded by the run still holding the job. The done
+    and deferred ones go in one statement, which also claims `claim`'s next batch when
+    given: the loop's one round trip per batch. A failure whose hook (or write) raises
+    is rolled back and noted in the run's errors: the job stays held until its lease
+    expires, and then the stuck sweep gives it up.
+
+    db: the pool, or the one connection the loop holds for its claims and endings."""
+    out = Settled()
+    if endings.done or endings.deferred or claim is not None:
+        lease = (claim or stage).lease_terms
+        w = await q.finish_and_claim(db, lease, ctx.run_id, claim.batch if claim else 0,
+                                     endings.done, endings.deferred)
+        out.done, out.deferred, out.claimed = w.done, w.handed_back, w.claimed
+        out.lost = len(endings.done) - w.done + len(endings.deferred) - w.handed_back
     for job, error, for_good in endings.failed:
         try:
-            gave_up = await fail(pool, stage, job, error, ctx, for_good=for_good)
+            gave_up = await fail(db, stage, job, error, ctx, for_good=for_good)
         except Exception as exc:
             ctx.tally.errors.append(f"fail({stage.type} {job.id}): {type(exc).__name__}: {exc}")
             continue
@@ -102,11 +112,22 @@ async def settle(pool, stage: Stage, endings: BatchEndings, ctx: Context) -> Set
     return out
 
 
-async def fail(pool, stage: Stage, job: Job, error: str, ctx: Context, *,
+@asynccontextmanager
+async def _transaction(db) -> AsyncIterator[asyncpg.Connection]:
+    """A transaction on a connection of the pool, or on the connection given."""
+    if isinstance(db, asyncpg.Pool):
+        async with db.acquire() as conn, conn.transaction():
+            yield conn
+    else:
+        async with db.transaction():
+            yield db
+
+
+async def fail(db, stage: Stage, job: Job, error: str, ctx: Context, *,
                for_good: bool = False) -> bool | None:
     """One failed attempt: back to pending after a backoff while attempts are left, else
     (or for_good) given up. Returns whether it gave up; None when the run no longer held it."""
-    async with pool.acquire() as conn, conn.transaction():
+    async with _transaction(db) as conn:
         # max attempts 0: the attempt just made is the last, whatever the stage allows
         row = await q.fail(conn, ctx.run_id, job.id, error, 0 if for_good else stage.max_attempts)
         if row is None:

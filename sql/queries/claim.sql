@@ -1,12 +1,29 @@
 -- Claim up to $2 jobs of type $1 for run $3, fairly. One statement, one transaction.
 -- $4: the stage's lease in seconds, $5: its max attempts.
 --
+-- The same statement first writes how run $3's previous batch ended, so the hot loop
+-- pays one round trip per batch: $6 the jobs it finished (done), $7 those it hands back
+-- (pending again from $8, the attempt the claim counted returned: nothing was tried).
+-- Either only touches jobs run $3 still holds. Plain claims pass empty arrays. The
+-- result is one row per claimed job, or a single row of NULL job columns when none
+-- was claimed; every row carries how many jobs were marked done and handed back.
+--
 -- Reads jobs and the lane rows only. Order: the lane's priority (highest first), then
 -- the lane served least in the last day, then the oldest ready job. Within one claim a
 -- lane's k-th job counts as served + k: claiming 25 at once interleaves lanes exactly
 -- as 25 claims of one would. The lanes come off job_lanes_claim_idx in that order, so a
 -- claim of n reads about n lane rows however many lanes exist or have work.
-WITH stale AS (
+WITH done AS (
+    UPDATE jobs SET status = 'done', finished_at = now()
+    WHERE id = ANY ($6::uuid[]) AND run_id = $3 AND status = 'running'
+    RETURNING id
+), handed_back AS (
+    UPDATE jobs j
+    SET status = 'pending', locked_at = NULL, run_after = d.until, attempts = greatest(j.attempts - 1, 0)
+    FROM unnest($7::uuid[], $8::timestamptz[]) AS d(id, until)
+    WHERE j.id = d.id AND j.run_id = $3 AND j.status = 'running'
+    RETURNING j.id
+), stale AS (
     -- jobs whose holder died: lease expired, attempts left, lane not paused. They
     -- compete for the slots below like the ready jobs of their lane (their first attempt
     -- still counts in `served`). Few: only what dead workers left behind.
@@ -19,6 +36,8 @@ WITH stale AS (
       AND j.locked_at < now() - make_interval(secs => $4)
       AND j.attempts < $5
       AND NOT coalesce(r.paused, false)
+      -- two writes to one row in one statement: only one would happen
+      AND j.id <> ALL ($6::uuid[]) AND j.id <> ALL ($7::uuid[])
     ORDER BY priority DESC, served, j.created_at
     LIMIT $2
     FOR UPDATE OF j SKIP LOCKED
@@ -77,11 +96,15 @@ WITH stale AS (
     SELECT id FROM slots WHERE id IS NOT NULL
     UNION ALL
     SELECT id FROM fair
+), claimed AS (
+    UPDATE jobs
+    SET status = 'running', locked_at = now(), attempts = jobs.attempts + 1, run_id = $3
+    -- an id array, not a join: the planner cannot know `picked` is small and would
+    -- otherwise hash-join it against the whole table, done history included
+    WHERE jobs.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING jobs.id, jobs.type, jobs.payload, jobs.attempts, jobs.lane, jobs.run_id, jobs.batch_id,
+              jobs.dedupe_key, jobs.created_at
 )
-UPDATE jobs
-SET status = 'running', locked_at = now(), attempts = jobs.attempts + 1, run_id = $3
--- an id array, not a join: the planner cannot know `picked` is small and would
--- otherwise hash-join it against the whole table, done history included
-WHERE jobs.id = ANY (ARRAY(SELECT id FROM picked))
-RETURNING jobs.id, jobs.type, jobs.payload, jobs.attempts, jobs.campaign_id, jobs.run_id, jobs.batch_id,
-          jobs.dedupe_key, jobs.created_at
+SELECT c.*, w.done, w.handed_back
+FROM (SELECT (SELECT count(*) FROM done) AS done, (SELECT count(*) FROM handed_back) AS handed_back) w
+LEFT JOIN claimed c ON true

@@ -1,0 +1,62 @@
+"""The hot loop's one round trip per batch: a batch's endings written in the statement
+that claims the next, and the next batch claimed while this one runs (handed back at
+once when the run will not reach it)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+
+from app.engine import jobs as q
+from app.pipeline.loop import Pipeline
+from app.pipeline.stage import Stage, StopRun
+from app.settings import load_settings
+from tests import factories as f
+
+
+async def test_one_statement_writes_endings_and_claims_the_next_batch(pool):
+    ids = await f.jobs(pool, "t", 8)
+    mine, other = await f.run(pool), await f.run(pool)
+    a, b, c = [j.id for j in await q.claim(pool, f.lease(), mine, 3)]
+    [theirs] = [j.id for j in await q.claim(pool, f.lease(), other, 1)]
+    await f.age_lock(pool, a, 3600)  # past its lease: the claim must not take it back mid-write
+
+    w = await q.finish_and_claim(pool, f.lease(), mine, 3, [a, b, theirs],
+                                 {c: datetime.now(timezone.utc)})
+
+    # only what this run held is written; the claim saw the queue as it was before
+    assert (w.done, w.handed_back) == (2, 1)
+    assert {j.id for j in w.claimed} == set(ids[4:7]) and {j.run_id for j in w.claimed} == {mine}
+    rows = {r["id"]: r for r in await pool.fetch("SELECT id, status, attempts, run_id FROM jobs")}
+    assert [rows[i]["status"] for i in (a, b, c, theirs)] == ["done", "done", "pending", "running"]
+    assert rows[a]["attempts"] == 1 and rows[c]["attempts"] == 0 and rows[theirs]["run_id"] == other
+    # the lane's counters agree with the rows: 7 attempts started, c's handed back
+    [(pending, served)] = (await f.lane_counts(pool, "t")).values()
+    assert (pending, served) == (2, 6)
+
+    nothing = await q.finish_and_claim(pool, f.lease(), mine, 0, [j.id for j in w.claimed])
+    assert (nothing.done, nothing.handed_back, nothing.claimed) == (3, 0, [])
+
+
+async def test_a_prefetched_batch_the_run_stops_before_is_handed_back(pool):
+    ids = await f.jobs(pool, "t", 30)
+    started = []
+
+    async def quota_out(job, ctx):
+        started.append(job.id)
+        await asyncio.sleep(0.05)  # long enough for the next batch's claim to land
+        raise StopRun("quota_exhausted")
+
+    stage = Stage(type="t", handler=quota_out, batch=10, concurrency=1)
+    settings = load_settings(database_url="postgresql://unused")
+    result = await Pipeline(pool, [stage], settings).run("manual")
+
+    assert result.stop_reason == "quota_exhausted" and len(started) == 1
+    rows = {r["id"]: r for r in await pool.fetch("SELECT * FROM jobs WHERE type = 't'")}
+    assert {r["status"] for r in rows.values()} == {"pending"}
+    assert {r["attempts"] for r in rows.values()} == {0}  # every attempt handed back
+    # the first batch (10) and the one claimed while it ran (10) were this run's
+    assert sum(1 for i in ids if rows[i]["run_id"] == result.run_id) == 20
+    assert result.jobs_deferred == 20 and result.jobs_done == 0
+    [(pending, served)] = (await f.lane_counts(pool, "t")).values()
+    assert (pending, served) == (30, 0)
