@@ -22,6 +22,25 @@ from app.pipeline.stage import Stage
 CommandHandler = Callable[[argparse.Namespace, Any, str], Awaitable[str]]
 
 
+@dataclass(frozen=True)
+class Gauge:
+    """One number a plug-in reports, read from the database when asked: /metrics shows it
+    as skiplock_<plug-in>_<name>, `skiplock status` as a line."""
+    name: str      # a plain word, like quota_used_units
+    help: str
+    value: float
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+# The plug-in's gauges now: a connection (as the tables' owner) and the settings in.
+MetricsHook = Callable[[Any, Any], Awaitable[Sequence[Gauge]]]
+
+# The plug-in's panels on /dashboard (through GET /stats): the request's tenant connection
+# (row-level security), the pool as the tables' owner (for shared numbers), the actor and
+# the settings in; tables out, {"title", "columns": [...], "rows": [[...]], "note"?} each.
+DashboardHook = Callable[[Any, Any, Any, Any], Awaitable[Sequence[dict[str, Any]]]]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Plugin:
     """What one plug-in brings.
@@ -36,6 +55,9 @@ class Plugin:
                  sample site on loopback).
     dev_setup:   `make run` calls it with (app, pool, settings) once the app is built:
                  a sample site, demo data.
+    metrics:     called with (connection, settings) at every /metrics scrape and
+                 `skiplock status`; returns Gauges (cheap reads only).
+    dashboard:   called by GET /stats for the dashboard's plug-in panels (DashboardHook).
     """
     name: str
     stages: Sequence[Stage] = ()
@@ -43,6 +65,8 @@ class Plugin:
     commands: Callable[[Any], None] | None = None
     dev_settings: Callable[[Any], dict[str, Any]] | None = None
     dev_setup: Callable[[Any, Any, Any], Awaitable[Any]] | None = None
+    metrics: MetricsHook | None = None
+    dashboard: DashboardHook | None = None
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():

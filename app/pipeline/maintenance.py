@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from app.engine import batches, idempotency
+from app.engine import batches, events, idempotency
 from app.engine import jobs as q
 from app.engine.queries import query
 from app.engine.runs import close_abandoned_runs
@@ -50,7 +50,7 @@ async def reconcile_batches(pool, stages: list[Stage], ctx: Context) -> int:
         changed = await batches.reconcile(conn)
         for row in changed:
             if row["finished"]:
-                await notifications.batch_finished(conn, ctx.settings, row["id"], row["campaign_id"],
+                await notifications.batch_finished(conn, ctx.settings, row["id"], row["lane"],
                                                    row["status"])
     finished = sum(1 for r in changed if r["finished"])
     if finished:
@@ -92,6 +92,20 @@ async def expire_idempotency_keys(pool, stages: list[Stage], ctx: Context) -> in
     return expired
 
 
+async def prune_events(pool, stages: list[Stage], ctx: Context) -> int:
+    """Delete events the replay rule no longer serves (each room keeps its last
+    EVENTS_REPLAY), a bounded batch per statement."""
+    pruned = 0
+    while ctx.time_left() > 1:
+        n = await events.prune(pool, ctx.settings.events_replay, PRUNE_BATCH)
+        pruned += n
+        if n < PRUNE_BATCH:
+            break
+    if pruned:
+        ctx.count("events_pruned", pruned)
+    return pruned
+
+
 @dataclass(frozen=True)
 class Recurring:
     task: str
@@ -105,6 +119,7 @@ RECURRING = (
     Recurring("expire_served", 600, expire_served),
     Recurring("prune_finished", 3600, prune_finished),
     Recurring("expire_idempotency_keys", 3600, expire_idempotency_keys),
+    Recurring("events_prune", 600, prune_events),
 )
 _BY_TASK = {r.task: r for r in RECURRING}
 
@@ -130,8 +145,8 @@ def maintenance_stage(stages: list[Stage]) -> Stage:
 
 
 async def start_of_run(pool, stages: list[Stage], ctx: Context) -> None:
-    # A run row still open after twice the platform limit was killed mid-way.
-    await close_abandoned_runs(pool, ctx.settings.platform_limit_seconds * 2)
+    # A run row whose heartbeat stopped belongs to a killed invocation.
+    await close_abandoned_runs(pool)
     await reconcile_batches(pool, stages, ctx)
     if ctx.settings.run_scheduler:
         await schedule_due(pool)

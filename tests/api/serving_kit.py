@@ -51,8 +51,9 @@ def free_socket() -> socket.socket:
     return sock
 
 
-async def start_uvicorn(app) -> tuple[uvicorn.Server, asyncio.Task, socket.socket]:
-    sock = free_socket()
+async def start_uvicorn(app, sock: socket.socket | None = None) -> tuple[uvicorn.Server, asyncio.Task, socket.socket]:
+    """Serve `app` on `sock` (default: a free port)."""
+    sock = sock or free_socket()
     server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="on"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:

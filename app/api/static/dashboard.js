@@ -1,0 +1,406 @@
+// The Skiplock dashboard: plain JavaScript, no build, nothing from elsewhere.
+// State comes from GET /stats; changes come as events of the key's room (an admin:
+// 'system', a tenant: 'account:<id>') over the WebSocket, or GET /events polled where
+// there is none. Any event means "something changed": /stats is read again (at most
+// every half second). A gap means events were missed: the page reads /stats again and
+// carries on from the gap's `oldest`. The cursor only moves to a seq the page received.
+"use strict";
+
+const KEY_ITEM = "skiplock.key";
+const POLL_MS = 3000;
+const REFRESH_MS = 500;
+const SAFETY_REFRESH_MS = 30000;
+const ACTIVITY_SHOWN = 25;
+
+const state = {
+  key: null, room: null, cursor: null, socket: null, pollTimer: null, refreshTimer: null,
+  safetyTimer: null, reconnectMs: 1000, failures: 0, mode: document.body.dataset.live || "ws",
+  gaps: 0, closing: false,
+};
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name === "text") node.textContent = value;
+    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else node.setAttribute(name, value === true ? "" : String(value));
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [name, value] of Object.entries(attrs || {})) node.setAttribute(name, String(value));
+  for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  return node;
+}
+
+function age(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 120) return `${s} s`;
+  if (s < 7200) return `${Math.round(s / 60)} min`;
+  if (s < 172800) return `${Math.round(s / 3600)} h`;
+  return `${Math.round(s / 86400)} d`;
+}
+
+function when(iso) {
+  if (!iso) return "–";
+  const d = new Date(iso);
+  return d.toLocaleString(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit",
+    second: "2-digit" });
+}
+
+function short(id) { return id ? String(id).slice(0, 8) : "–"; }
+
+function randomKey() {
+  if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
+  const bytes = new Uint8Array(16);
+  crypto.getRandomValues(bytes);
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+class ApiFailure extends Error {
+  constructor(status, body) {
+    super((body && body.error && body.error.message) || `HTTP ${status}`);
+    this.status = status;
+    this.code = body && body.error && body.error.code;
+  }
+}
+
+async function api(path, options = {}) {
+  const headers = Object.assign({ Authorization: `Bearer ${state.key}`, Accept: "application/json" },
+    options.headers || {});
+  const response = await fetch(path, Object.assign({}, options, { headers, cache: "no-store" }));
+  const body = await response.json().catch(() => null);
+  if (response.status === 401) {
+    logout("That API key was refused (unknown, revoked or malformed).");
+    throw new ApiFailure(401, body);
+  }
+  if (!response.ok) throw new ApiFailure(response.status, body);
+  return body;
+}
+
+// ---- rendering -----------------------------------------------------------------------
+
+function fill(tbody, rows, columns, emptyText) {
+  tbody.replaceChildren();
+  if (!rows.length) {
+    tbody.append(el("tr", {}, el("td", { colspan: columns, class: "empty", text: emptyText })));
+    return;
+  }
+  for (const row of rows) tbody.append(row);
+}
+
+function num(value) { return el("td", { class: "num", text: value === null || value === undefined ? "–" : value }); }
+
+function renderQueue(stats) {
+  const t = stats.totals;
+  $("t-ready").textContent = t.ready;
+  $("t-waiting").textContent = t.waiting;
+  $("t-running").textContent = t.running;
+  $("t-failed").textContent = t.failed;
+  $("t-done").textContent = t.done;
+  $("t-oldest").textContent = age(t.oldestReadySeconds);
+  fill($("queue-table").tBodies[0], stats.queue.map((q) => el("tr", { "data-type": q.type },
+    el("th", { scope: "row", text: q.type }), num(q.ready), num(q.waiting), num(q.running), num(q.failed),
+    num(q.done), el("td", { text: age(q.oldestReadySeconds) }))), 7, "No jobs: the queue is empty.");
+}
+
+function renderTrouble(stats) {
+  fill($("trouble-table").tBodies[0], stats.trouble.map((job) => {
+    const retry = job.status === "failed";
+    const label = `${retry ? "Retry" : "Cancel"} job ${short(job.id)}`;
+    const button = el("button", { type: "button", class: retry ? "" : "secondary", "aria-label": label,
+      text: retry ? "Retry" : "Cancel", onclick: () => act(button, job.id, retry ? "retry" : "cancel") });
+    return el("tr", { "data-job": job.id },
+      el("td", {}, el("code", { title: job.id, text: short(job.id) })), el("td", { text: job.type }),
+      el("td", { text: job.status === "pending" ? `retrying ${when(job.runAfter)}` : job.status }),
+      num(job.attempts), el("td", { class: "err", text: job.lastError || "" }), el("td", {}, button));
+  }), 6, "Nothing failed.");
+}
+
+async function act(button, jobId, action) {
+  button.disabled = true;
+  try {
+    await api(`/jobs/${encodeURIComponent(jobId)}/${action}`,
+      { method: "POST", headers: { "Idempotency-Key": randomKey() } });
+    notice(`Job ${short(jobId)}: ${action === "retry" ? "back to pending" : "cancelled"}.`);
+  } catch (err) {
+    if (err.status !== 401) notice(`Job ${short(jobId)}: ${err.message}`);
+  }
+  refreshSoon(0);
+}
+
+function renderChart(stats) {
+  const runs = stats.chart;
+  const box = $("chart");
+  box.replaceChildren();
+  const width = 600, height = 140, pad = 4;
+  const top = Math.max(1, ...runs.map((r) => r.done + r.failed + r.deferred));
+  const step = runs.length ? (width - 2 * pad) / runs.length : 0;
+  const bar = Math.max(1, step * 0.8);
+  const total = { done: 0, failed: 0, deferred: 0 };
+  const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none", role: "img",
+    "aria-labelledby": "chart-title" });
+  const title = svg("title", { id: "chart-title" });
+  chart.append(title);
+  runs.forEach((run, i) => {
+    let y = height - pad;
+    for (const part of ["done", "failed", "deferred"]) {
+      total[part] += run[part];
+      const h = (run[part] / top) * (height - 2 * pad);
+      if (h <= 0) continue;
+      y -= h;
+      const rect = svg("rect", { x: pad + i * step, y, width: bar, height: h, class: `bar-${part}` });
+      rect.append(svg("title", {}, `${when(run.startedAt)}: ${run[part]} ${part}`));
+      chart.append(rect);
+    }
+  });
+  title.textContent = runs.length
+    ? `${runs.length} runs in the last 24 hours: ${total.done} done, ${total.failed} failed, ${total.deferred} deferred`
+    : "No finished runs in the last 24 hours";
+  box.append(chart, el("p", { class: "legend" },
+    el("span", {}, el("i", { class: "sw-done" }), `done ${total.done}`),
+    el("span", {}, el("i", { class: "sw-failed" }), `failed ${total.failed}`),
+    el("span", {}, el("i", { class: "sw-deferred" }), `deferred ${total.deferred}`)));
+  $("chart-caption").textContent = stats.admin ? title.textContent : "Runs are the operator's: an admin key shows them.";
+}
+
+function renderRuns(stats) {
+  fill($("runs-table").tBodies[0], stats.runs.map((run) => el("tr", {},
+    el("td", { text: when(run.startedAt) }), el("td", { text: run.trigger }),
+    el("td", { text: run.stopReason || "running…" }), num(run.jobsDone), num(run.jobsFailed), num(run.jobsDeferred),
+    el("td", { class: "num", text: run.durationSeconds === null ? "–" : `${run.durationSeconds.toFixed(1)} s` }))),
+    7, stats.admin ? "No runs yet." : "Runs are the operator's: an admin key shows them.");
+}
+
+function renderLanes(stats) {
+  fill($("lanes-table").tBodies[0], stats.lanes.map((lane) => el("tr", {},
+    el("td", {}, el("code", { title: lane.lane, text: short(lane.lane) })), num(lane.pending), num(lane.running),
+    num(lane.priority), el("td", { text: lane.paused ? "paused" : "" }))), 5, "No open work in any lane.");
+}
+
+function renderBatches(stats) {
+  const list = $("batches");
+  list.replaceChildren();
+  if (!stats.batches.length) { list.append(el("li", { class: "empty", text: "No batches." })); return; }
+  for (const b of stats.batches) {
+    const byUnits = b.total !== null && b.total > 0;
+    const max = byUnits ? b.total : Math.max(1, b.jobs);
+    const value = byUnits ? Math.min(b.progress || 0, b.total) : b.done + b.failed;
+    const label = `Batch ${short(b.id)}: ${value} of ${max} ${byUnits ? "units" : "jobs"}, ${b.status}`;
+    list.append(el("li", {}, el("div", { text: label }),
+      el("progress", { max, value, "aria-label": label })));
+  }
+}
+
+function renderPanels(stats) {
+  const box = $("panels");
+  box.replaceChildren();
+  stats.panels.forEach((panel, n) => {
+    const id = `panel-${n}`;
+    const rows = panel.rows.map((row) => el("tr", {}, ...row.map((cell, i) =>
+      i === 0 ? el("th", { scope: "row", text: cell }) : el("td", { text: cell === null ? "–" : cell }))));
+    const table = el("table", {}, el("thead", {}, el("tr", {}, ...panel.columns.map((c) => el("th", { scope: "col", text: c })))),
+      el("tbody", {}, ...rows));
+    box.append(el("section", { class: "card", "aria-labelledby": id }, el("h2", { id, text: panel.title }),
+      panel.note ? el("p", { class: "hint", text: panel.note }) : null, el("div", { class: "scroll" }, table)));
+  });
+}
+
+function render(stats) {
+  $("who").textContent = `${stats.email || "?"} · ${stats.admin ? "admin: every tenant" : "tenant"}`;
+  renderQueue(stats);
+  renderTrouble(stats);
+  renderChart(stats);
+  renderRuns(stats);
+  renderLanes(stats);
+  renderBatches(stats);
+  renderPanels(stats);
+  document.body.dataset.statsAt = stats.at;
+}
+
+function notice(text) {
+  const box = $("notice");
+  box.textContent = text;
+  box.hidden = false;
+}
+
+function logActivity(item) {
+  const list = $("activity");
+  const text = item.type === "gap"
+    ? `gap: events after ${item.after} were missed; caught up from ${item.oldest}`
+    : `${item.type} ${describe(item.data)}`;
+  list.prepend(el("li", {}, el("time", { datetime: item.at || new Date().toISOString(), text: when(item.at || new Date().toISOString()) }), text));
+  while (list.children.length > ACTIVITY_SHOWN) list.lastChild.remove();
+}
+
+function describe(data) {
+  if (!data || typeof data !== "object") return "";
+  const parts = [];
+  for (const name of ["type", "count", "done", "failed", "deferred", "status", "stopReason", "trigger"]) {
+    if (data[name] !== undefined && data[name] !== null && data[name] !== 0) parts.push(`${name} ${data[name]}`);
+  }
+  return parts.join(", ");
+}
+
+// ---- reading state and events --------------------------------------------------------
+
+async function refresh() {
+  state.refreshTimer = null;
+  try {
+    const stats = await api("/stats");
+    if (state.room !== stats.room) { state.room = stats.room; state.cursor = stats.head; }
+    if (state.cursor === null) state.cursor = stats.head;
+    render(stats);
+    return stats;
+  } catch (err) {
+    if (err.status !== 401) setLive(`Could not read /stats: ${err.message}`, "warn");
+    return null;
+  }
+}
+
+function refreshSoon(ms = REFRESH_MS) {
+  if (state.refreshTimer !== null) return;
+  state.refreshTimer = setTimeout(refresh, ms);
+}
+
+function setLive(text, tone) {
+  const box = $("live");
+  box.textContent = text;
+  box.className = `live ${tone || ""}`;
+}
+
+// One item from the room, whichever way it came: a gap, an event, or 'live'.
+function receive(item) {
+  if (item.type === "live") { state.cursor = item.seq; setLive("Live", "ok"); return; }
+  if (item.type === "error") { setLive(item.error.message, "warn"); return; }
+  if (item.type === "gap") {
+    state.gaps += 1;
+    document.body.dataset.gaps = String(state.gaps);
+    notice(`Caught up from a gap: more than ${document.body.dataset.replay} events passed while the page was ` +
+           `not connected (after ${item.after}); it reloaded everything and carries on from event ${item.oldest}.`);
+    state.cursor = item.oldest - 1;
+    logActivity(item);
+    refreshSoon(0);
+    return;
+  }
+  if (typeof item.seq === "number") {
+    if (item.seq <= state.cursor) return; // seen already
+    state.cursor = item.seq;
+    logActivity(item);
+    refreshSoon();
+  }
+}
+
+function connect() {
+  if (state.closing || !state.key || state.room === null) return;
+  if (state.mode !== "ws" || !window.WebSocket) { startPolling(); return; }
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  const url = `${scheme}://${location.host}/events/ws?room=${encodeURIComponent(state.room)}&after=${state.cursor}`;
+  let socket;
+  try {
+    socket = new WebSocket(url, ["skiplock.events", `bearer.${state.key}`]);
+  } catch (err) {
+    startPolling();
+    return;
+  }
+  state.socket = socket;
+  let opened = false;
+  socket.onopen = () => { opened = true; state.failures = 0; state.reconnectMs = 1000; };
+  socket.onmessage = (message) => {
+    let item;
+    try { item = JSON.parse(message.data); } catch (err) { return; }
+    receive(item);
+  };
+  socket.onclose = () => {
+    if (state.socket !== socket || state.closing) return;
+    state.socket = null;
+    if (!opened) state.failures += 1;
+    if (state.failures >= 3) { startPolling(); return; }
+    setLive("Reconnecting…", "warn");
+    setTimeout(connect, state.reconnectMs);
+    state.reconnectMs = Math.min(state.reconnectMs * 2, 15000);
+  };
+}
+
+function startPolling() {
+  if (state.pollTimer !== null) return;
+  setLive("Polling", "ok");
+  const poll = async () => {
+    state.pollTimer = null;
+    if (state.closing) return;
+    try {
+      let page;
+      do {
+        page = await api(`/events?room=${encodeURIComponent(state.room)}&after=${state.cursor}&limit=200`);
+        for (const item of page.data) receive(item);
+        state.cursor = Math.max(state.cursor, page.nextCursor);
+      } while (page.data.length >= 200);
+      setLive("Polling", "ok");
+    } catch (err) {
+      if (err.status === 401) return;
+      setLive(`Polling failed: ${err.message}`, "warn");
+    }
+    state.pollTimer = setTimeout(poll, POLL_MS);
+  };
+  state.pollTimer = setTimeout(poll, 0);
+}
+
+// ---- session -------------------------------------------------------------------------
+
+async function start(key) {
+  state.key = key;
+  state.closing = false;
+  state.cursor = null;
+  state.room = null;
+  const stats = await refresh();
+  if (!stats) return false;
+  sessionStorage.setItem(KEY_ITEM, key);
+  $("login").hidden = true;
+  $("board").hidden = false;
+  $("top-actions").hidden = false;
+  connect();
+  state.safetyTimer = setInterval(() => refreshSoon(0), SAFETY_REFRESH_MS);
+  return true;
+}
+
+function logout(message) {
+  state.closing = true;
+  sessionStorage.removeItem(KEY_ITEM);
+  state.key = null;
+  if (state.socket) { state.socket.close(); state.socket = null; }
+  clearTimeout(state.pollTimer); state.pollTimer = null;
+  clearInterval(state.safetyTimer);
+  $("board").hidden = true;
+  $("top-actions").hidden = true;
+  $("login").hidden = false;
+  $("who").textContent = "";
+  setLive("Not connected", "");
+  $("login-error").textContent = message || "";
+  $("key").focus();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("login-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    $("login-error").textContent = "";
+    const key = $("key").value.trim();
+    $("key").value = "";
+    if (!(await start(key)) && !$("login-error").textContent) {
+      $("login-error").textContent = "Could not open the dashboard with that key.";
+    }
+  });
+  $("logout").addEventListener("click", () => logout(""));
+  $("refresh").addEventListener("click", () => refreshSoon(0));
+  const kept = sessionStorage.getItem(KEY_ITEM);
+  if (kept) start(kept);
+});

@@ -1,0 +1,1 @@
+"""Live events in a serving process: one LISTEN connection, fanned out to subscribers."""

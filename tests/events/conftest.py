@@ -1,0 +1,94 @@
+"""Fixtures for the live events and the dashboard: tenants with lanes, API keys, a way
+to make events the way people do (a write that names an actor), and the app served by a
+real uvicorn on a free port."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from app.api import create_app
+from app.engine.tenancy import Actor, acting
+from app.pipeline.stage import Stage
+from tests.api.serving_kit import make_settings, start_uvicorn
+from tests.factories import api_key, campaign
+
+PERSON = Actor("system", "tests")  # a named actor: what the CLI or psql with an actor is
+
+
+async def noop(job, ctx) -> None:
+    return None
+
+
+async def broken(job, ctx) -> None:
+    raise RuntimeError("the handler broke")
+
+
+STAGES = [Stage(type="record", handler=noop, batch=10, lease=60, timeout=10),
+          Stage(type="broken", handler=broken, batch=10, lease=60, timeout=10, max_attempts=1)]
+
+
+@dataclass
+class Tenant:
+    key: str
+    user_id: uuid.UUID
+    lane: uuid.UUID
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+async def make_tenant(pool, email: str, admin: bool = False) -> Tenant:
+    key = await api_key(pool, email, admin=admin)
+    user_id = await pool.fetchval("SELECT id FROM users WHERE email = $1", email)
+    lane = await campaign(pool, user_id)  # the example's campaign is its owner's lane
+    assert await pool.fetchval("SELECT owner_id FROM lanes WHERE id = $1", lane) == user_id
+    return Tenant(key, user_id, lane)
+
+
+@pytest.fixture
+async def tenants(pool):
+    """(a, b, admin): two tenants with a lane each, and an admin."""
+    return (await make_tenant(pool, "a@example.com"), await make_tenant(pool, "b@example.com"),
+            await make_tenant(pool, "root@example.com", admin=True))
+
+
+async def person_enqueues(pool, lane: uuid.UUID, n: int = 1, type_: str = "record") -> None:
+    """`n` statements, one job each, by a named actor: n 'jobs.created' events in the lane's
+    room (and its owner's, and 'system')."""
+    for i in range(n):
+        async with acting(pool, PERSON) as conn:
+            await conn.execute("INSERT INTO jobs (type, lane, payload) VALUES ($1, $2, $3)",
+                               type_, lane, {"i": i})
+
+
+@pytest.fixture
+async def serve(dsn):
+    """serve(**settings) -> (app, base_url): the app on a real uvicorn; stopped afterwards."""
+    running = []
+
+    async def start(**overrides):
+        app = create_app(make_settings(dsn, **overrides), stages=STAGES)
+        server, task, sock = await start_uvicorn(app)
+        running.append((app, server, task, sock))
+        return app, f"127.0.0.1:{sock.getsockname()[1]}"
+
+    yield start
+    for app, server, task, sock in running:
+        server.should_exit = True
+        await task
+        sock.close()
+        await app.state.runtime.close()
+
+
+@pytest.fixture
+async def client(dsn):
+    """An httpx client on the app in-process (EVENTS_REPLAY=5), no key by default."""
+    app = create_app(make_settings(dsn, events_replay=5), stages=STAGES)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://skiplock.test") as c:
+        yield c
+    await app.state.runtime.close()

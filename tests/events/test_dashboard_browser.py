@@ -1,0 +1,138 @@
+"""The dashboard in a real browser: Playwright driving Debian's chromium, headless,
+against the app on a real uvicorn and the test database. Skipped (with how to install
+it) when chromium is missing; `make test` installs it.
+
+Set SKIPLOCK_SCREENSHOTS=1 to write docs/dashboard-1280.png and docs/dashboard-390.png."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.api import create_app
+from tests.api.serving_kit import make_settings, start_uvicorn
+from tests.events.conftest import STAGES, person_enqueues
+
+CHROMIUM = shutil.which("chromium")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed: apt-get install chromium "
+                                                         "(make test does it)")
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+REPLAY = 5
+
+
+@pytest.fixture
+async def browser():
+    from playwright.async_api import async_playwright
+    async with async_playwright() as p:
+        b = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        yield b
+        await b.close()
+
+
+class Served:
+    """The app on a fixed port, which can be stopped and started again (a WebSocket drop)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port = probe.getsockname()[1]
+        probe.close()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.current = None
+
+    async def start(self) -> None:
+        app = create_app(make_settings(self.dsn, events_replay=REPLAY), stages=STAGES)
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port))
+        self.current = (app, *await start_uvicorn(app, sock))
+
+    async def stop(self) -> None:
+        app, server, task, sock = self.current
+        server.should_exit = True
+        await task
+        sock.close()
+        await app.state.runtime.close()
+        self.current = None
+
+
+@pytest.fixture
+async def served(dsn):
+    s = Served(dsn)
+    await s.start()
+    yield s
+    if s.current is not None:
+        await s.stop()
+
+
+async def _open(browser, served, key, width=1280):
+    page = await browser.new_page(viewport={"width": width, "height": 1000})
+    problems, foreign = [], []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.on("request", lambda r: None if r.url.startswith((served.base, f"ws://127.0.0.1:{served.port}"))
+            or r.url.startswith("data:") else foreign.append(r.url))
+    await page.goto(f"{served.base}/dashboard")
+    await page.get_by_label("API key").fill(key)
+    await page.get_by_role("button", name="Open the dashboard").click()
+    await page.locator("#live", has_text="Live").wait_for(timeout=10_000)
+    return page, problems, foreign
+
+
+async def test_dashboard_live_retry_and_layout(pool, browser, served, tenants):
+    from playwright.async_api import expect
+    a, _, admin = tenants
+    await pool.execute("INSERT INTO jobs (type, lane, status, attempts, last_error, finished_at) "
+                       "VALUES ('broken', $1, 'failed', 1, 'RuntimeError: the handler broke', now())", a.lane)
+    failed_id = str(await pool.fetchval("SELECT id FROM jobs WHERE status = 'failed'"))
+    page, problems, foreign = await _open(browser, served, admin.key)
+    row = page.locator(f'tr[data-job="{failed_id}"]')
+    await expect(row).to_contain_text("the handler broke")
+    await expect(page.locator("#t-ready")).to_have_text("0")
+
+    # a job enqueued through the API shows up without a reload
+    async with httpx.AsyncClient(base_url=served.base, headers=admin.headers) as api:
+        response = await api.post("/jobs", json={"type": "record", "lane": str(a.lane)})
+        assert response.status_code == 201, response.text
+    await expect(page.locator('tr[data-type="record"] td').first).to_have_text("1", timeout=2_000)
+    await expect(page.locator("#t-ready")).to_have_text("1", timeout=2_000)
+
+    # Retry, from the keyboard: the failed job is pending again
+    await page.get_by_role("button", name=f"Retry job {failed_id[:8]}").focus()
+    await page.keyboard.press("Enter")
+    await expect(row).to_have_count(0, timeout=5_000)
+    assert await pool.fetchval("SELECT status FROM jobs WHERE id = $1", failed_id) == "pending"
+    await expect(page.locator("#t-ready")).to_have_text("2", timeout=5_000)
+    # the plug-in's panel renders from PLANS
+    await expect(page.get_by_role("heading", name="Plans")).to_be_visible()
+    await expect(page.get_by_text("First in line")).to_be_visible()
+
+    for width in (1280, 390):
+        await page.set_viewport_size({"width": width, "height": 1000})
+        overflow = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"the page is wider than {width} px by {overflow} px"
+        if os.environ.get("SKIPLOCK_SCREENSHOTS"):
+            await page.screenshot(path=str(DOCS / f"dashboard-{width}.png"), full_page=width == 390)
+    assert problems == [] and foreign == []
+
+
+async def test_catches_up_from_a_gap_after_the_socket_drops(pool, browser, served, tenants):
+    from playwright.async_api import expect
+    a, _, admin = tenants
+    page, _, foreign = await _open(browser, served, admin.key)
+    await served.stop()                                 # the WebSocket drops
+    await person_enqueues(pool, a.lane, REPLAY + 3)     # more events than the window pass meanwhile
+    await served.start()
+    notice = page.locator("#notice")
+    await expect(notice).to_contain_text("Caught up from a gap", timeout=15_000)
+    ready = await pool.fetchval("SELECT count(*) FROM jobs WHERE status = 'pending' AND run_after <= now()")
+    assert ready == REPLAY + 3
+    await expect(page.locator("#t-ready")).to_have_text(str(ready), timeout=5_000)
+    await expect(page.locator('tr[data-type="record"] td').first).to_have_text(str(ready))
+    assert foreign == []

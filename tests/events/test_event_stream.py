@@ -1,0 +1,114 @@
+"""Events as they commit: the WebSocket replays, then streams a change made in another
+process (LISTEN/NOTIFY on its own connection); its ways to authenticate; and a
+subscriber too slow for its bounded queue, which gets a gap instead of more memory."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from app.engine import events as store
+from app.engine.db import connect as db_connect
+from app.events.hub import EventHub
+from tests.events.conftest import person_enqueues
+
+WAIT = 10  # seconds: generous on a loaded machine; the path under test never polls
+
+ENQUEUE_ELSEWHERE = """
+import asyncio, sys, asyncpg
+async def main():
+    conn = await asyncpg.connect(sys.argv[1])
+    async with conn.transaction():
+        await conn.execute("SELECT set_config('app.current_actor_kind', 'system', true)")
+        await conn.execute("INSERT INTO jobs (type, lane) VALUES ('record', $1)", sys.argv[2])
+    await conn.close()
+asyncio.run(main())
+"""
+
+
+async def _recv(ws) -> dict:
+    return json.loads(await asyncio.wait_for(ws.recv(), WAIT))
+
+
+async def test_websocket_replays_then_streams_across_processes(pool, dsn, serve, tenants):
+    a, b, admin = tenants
+    await person_enqueues(pool, a.lane, 3)
+    app, host = await serve(events_replay=5)
+    room = f"lane:{a.lane}"
+    async with connect(f"ws://{host}/events/ws?room={room}&after=1",
+                       additional_headers={"Authorization": f"Bearer {a.key}"}) as ws:
+        assert [(await _recv(ws))["seq"] for _ in range(2)] == [2, 3]
+        assert await _recv(ws) == {"type": "live", "room": room, "seq": 3}
+        # another process commits a change: it arrives here through NOTIFY, not a poll
+        done = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", ENQUEUE_ELSEWHERE, dsn, str(a.lane)],
+                                       capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        event = await _recv(ws)
+        assert (event["room"], event["seq"], event["type"]) == (room, 4, "jobs.created")
+
+    # a browser: the key as a subprotocol, never in the URL; the account room, replayed
+    # from a cursor older than the window: the gap comes first
+    await person_enqueues(pool, a.lane, 3)
+    async with connect(f"ws://{host}/events/ws?room=account:{a.user_id}&after=0",
+                       subprotocols=["skiplock.events", f"bearer.{a.key}"]) as ws:
+        assert ws.subprotocol == "skiplock.events"
+        first = await _recv(ws)
+        assert first == {"type": "gap", "room": f"account:{a.user_id}", "after": 0, "oldest": 3}
+        assert [(await _recv(ws))["seq"] for _ in range(5)] == [3, 4, 5, 6, 7]
+    # or the first message
+    async with connect(f"ws://{host}/events/ws?room=lane:{b.lane}") as ws:
+        await ws.send(json.dumps({"type": "auth", "key": b.key}))
+        assert await _recv(ws) == {"type": "live", "room": f"lane:{b.lane}", "seq": 0}
+
+    # refused: one error shape, then a close code saying why
+    for url, headers, code, status in [
+        (f"/events/ws?room={room}", {"Authorization": "Bearer slk_00000000_nope"}, 4401, "unauthorized"),
+        (f"/events/ws?room={room}", {"Authorization": f"Bearer {b.key}"}, 4404, "not_found"),
+        ("/events/ws?room=system", {"Authorization": f"Bearer {a.key}"}, 4404, "not_found"),
+        (f"/events/ws?room={room}&key={a.key}", {}, 4400, "unknown_parameter"),
+    ]:
+        async with connect(f"ws://{host}{url}", additional_headers=headers) as ws:
+            message = await _recv(ws)
+            assert message["type"] == "error" and message["error"]["code"] == status
+            with pytest.raises(ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), WAIT)
+            assert ws.close_code == code
+
+
+async def test_slow_subscriber_gets_a_gap_not_memory(pool, dsn, tenants):
+    a, _, _ = tenants
+    hub = EventHub(lambda: db_connect(dsn), _pool_of(pool), queue=3)
+    room = f"lane:{a.lane}"
+    try:
+        async with hub.subscribe(room, 0) as sub:
+            await person_enqueues(pool, a.lane, 2)
+            seen = []
+            while len(seen) < 2:                               # a reader that keeps up gets each event
+                batch = await asyncio.wait_for(sub.wait(), WAIT)
+                seen += [e.seq for e in batch]
+                sub.cursor = seen[-1]
+            assert seen == [1, 2]
+            await person_enqueues(pool, a.lane, 8)             # then it stops reading: 8 > its queue of 3
+            for _ in range(WAIT * 20):
+                if sub.behind:
+                    break
+                await asyncio.sleep(0.05)
+            assert sub.behind and len(sub._queue) == 0        # dropped, not kept
+            assert await sub.wait() is None                    # the holder must catch up from the database
+            page = await store.read_after(pool, room, sub.cursor, 5, 100)
+            assert page.gap == {"type": "gap", "room": room, "after": 2, "oldest": 6}
+            assert [e.seq for e in page.events] == [6, 7, 8, 9, 10] and page.cursor == 10
+    finally:
+        await hub.close()
+
+
+def _pool_of(pool):
+    async def get():
+        return pool
+    return get
