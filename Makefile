@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test bench run migrate package clean redis-server docs
+.PHONY: install test bench run migrate package clean redis-server pgbouncer chromium docs chaos
 
 install: $(STAMP)
 
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 
 # Two test processes (pytest-xdist), each with its own embedded PostgreSQL: most tests wait
 # on the database or a subprocess, so two at a time halve the suite on two cores.
-test: $(STAMP) redis-server
+test: $(STAMP) redis-server pgbouncer chromium
 	$(PY) -m pytest -n 2
 
 # The Redis tests (tests/api/test_redis.py) start and kill a real redis-server of their
@@ -32,8 +32,40 @@ redis-server:
 	    echo "redis-server is not installed: the Redis tests will be skipped (apt-get install redis-server)"; \
 	  fi; }
 
+# The pooler tests (tests/pooler/) put a real PgBouncer in transaction mode in front of the
+# test server. Installed like redis-server: from Debian's packages when missing and root.
+pgbouncer:
+	@command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing pgbouncer (Debian package) for the pooler tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      --no-install-recommends pgbouncer >/dev/null; \
+	  else \
+	    echo "pgbouncer is not installed: the pooler tests will be skipped (apt-get install pgbouncer)"; \
+	  fi; }
+
+# The dashboard's browser tests (tests/events/test_dashboard_browser.py) drive Debian's
+# chromium through Playwright (Playwright's own browser download is not used). Installed
+# like redis-server; elsewhere those tests are skipped with a note.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium (Debian package) for the dashboard's browser tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      --no-install-recommends chromium >/dev/null; \
+	  else \
+	    echo "chromium is not installed: the browser tests will be skipped (apt-get install chromium)"; \
+	  fi; }
+
 bench: $(STAMP)
 	$(PY) -m bench
+
+# Every fault at once for a few minutes (kill -9, PostgreSQL restarts, Redis down, a failing
+# site and LLM), then the invariants read from the database (docs/reliability.md). Seeded:
+# `make chaos SEED=7`. A short version runs in `make test` (tests/test_chaos_short.py).
+SEED ?= 15
+chaos: $(STAMP) redis-server
+	$(PY) -m bench.chaos --seed $(SEED)
 
 migrate: $(STAMP)
 	$(PY) -m app migrate

@@ -1,6 +1,10 @@
-"""python -m app ...: a thin adapter over the engine and the pipeline.
+"""`skiplock ...` (the same as `python -m app ...`): a thin adapter over the engine and
+the pipeline. The commands: migrate, enqueue, run-once, worker, jobs, runs, batch,
+status, user, key, and the plug-ins' own.
 
-Bad input or a broken setup prints one line on stderr and exits 2, never a traceback."""
+Bad input or a broken setup prints one line on stderr and exits 2; a command that could
+not be done (no such job, say, or no database) exits 1; never a traceback. run-once and
+worker log their progress on stderr (a live line on a terminal, JSON lines otherwise)."""
 
 from __future__ import annotations
 
@@ -9,24 +13,26 @@ import asyncio
 import json
 import sys
 import uuid
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Iterator
 
 import asyncpg
 
-from app import cli_accounts
+from app import cli_accounts, cli_jobs, cli_status
+from app.cli_context import BAD_INPUT, FAILURE, Cli, CliError
+from app.devdb import LocalPostgresError
 from app.engine import jobs as q
 from app.engine.db import connect
 from app.engine.migrate import migrate
+from app.logs import configure_cli_logging
 from app.pipeline.payloads import PayloadRefused, check_payload
 from app.pipeline.registry import StageConfigError
 from app.plugin import CommandError, Plugin, load_plugins
-from app.runtime import (DATABASE_ERRORS, DatabaseUnavailable, Runtime, configured_stages, database_url,
-                         run_json)
+from app.runtime import (DATABASE_ERRORS, DatabaseUnavailable, Runtime, configured_stages,
+                         direct_database_url, run_json, run_limits)
 from app.settings import Settings, SettingsError, get_settings
-
-
-class CliError(Exception):
-    pass
 
 
 MAX_DELAY_SECONDS = 10 * 366 * 24 * 3600  # `enqueue --in`: any later is a mistake (or a date overflow)
@@ -36,23 +42,41 @@ def _fail(message: str):
     raise CliError(message)
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        """Bad arguments: one line (argparse's usage is a --help away)."""
+        self.exit(BAD_INPUT, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("skiplock")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
 def _parser(plugins: list[Plugin]) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m app", description="Skiplock: jobs in Postgres.")
+    p = _Parser(prog="skiplock", description="Skiplock: jobs in Postgres.")
+    p.add_argument("--version", action="version", version=f"skiplock {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("migrate", help="apply the schema migrations (safe to run twice or at once)")
     e = sub.add_parser("enqueue", help="enqueue one job")
     e.add_argument("type", help="the job type (a stage's type)")
     e.add_argument("--payload", default="{}", help="a JSON object")
     e.add_argument("--dedupe-key", help="skip if an open job has this key")
-    e.add_argument("--campaign", help="the campaign id the job belongs to")
+    e.add_argument("--lane", help="the lane id the job belongs to (a new one is made ownerless; "
+                                  "default: the all-zero lane)")
     e.add_argument("--in", dest="delay", type=float, default=0.0, metavar="SECONDS",
                    help="run no sooner than this many seconds from now")
     r = sub.add_parser("run-once", help="run the pipeline once and print its summary")
     r.add_argument("--budget", type=float, help="seconds to keep claiming (capped by the setting)")
     r.add_argument("--trigger", default="manual", help="recorded in the runs row")
     sub.add_parser("worker", help="run the pipeline continuously (for a container); SIGTERM stops it")
+    cli_status.add_parser(sub)
+    cli_jobs.add_parsers(sub)
     cli_accounts.add_parsers(sub)
-    for plugin in plugins:  # the plug-ins' own commands (the example's: campaign, contacts)
+    for plugin in plugins:  # the plug-ins' own commands
         if plugin.commands is not None:
             plugin.commands(sub)
     return p
@@ -68,13 +92,13 @@ def _payload(text: str) -> dict:
     return value
 
 
-def _campaign(text: str | None, flag: str = "--campaign ") -> uuid.UUID | None:
+def _lane(text: str | None) -> uuid.UUID | None:
     if text is None:
         return None
     try:
         return uuid.UUID(text)
     except ValueError:
-        raise CliError(f"{flag}{text!r} is not a campaign id (a uuid)") from None
+        raise CliError(f"--lane {text!r} is not a lane id (a uuid)") from None
 
 
 async def _enqueue(args, settings: Settings, plugins: list[Plugin], dsn: str) -> dict:
@@ -89,21 +113,17 @@ async def _enqueue(args, settings: Settings, plugins: list[Plugin], dsn: str) ->
     except PayloadRefused as exc:
         raise CliError(f"--payload does not fit the {args.type!r} stage: {exc}") from None
     job = q.NewJob(type=args.type, payload=payload, dedupe_key=args.dedupe_key,
-                   campaign_id=_campaign(args.campaign),
+                   lane=_lane(args.lane),
                    run_after=datetime.now(timezone.utc) + timedelta(seconds=args.delay) if args.delay else None)
-    conn = await connect(dsn)
-    try:
-        job_id = await q.enqueue(conn, job)
-    except asyncpg.ForeignKeyViolationError:
-        raise CliError(f"no campaign with id {job.campaign_id}") from None
-    finally:
-        await conn.close()
+    async with cli_jobs.acting_as_cli(dsn) as db:  # audited as system/cli
+        job_id = await q.enqueue(db, job)
     return {"id": str(job_id) if job_id else None, "deduplicated": job_id is None}
 
 
 async def _run_once(args, settings: Settings, plugins: list[Plugin]) -> dict:
     if args.budget is not None and args.budget <= 0:
         raise CliError("--budget must be a positive number of seconds")
+    configure_cli_logging(settings.log_level, budget_seconds=run_limits(settings, args.budget, None).budget)
     runtime = Runtime(settings, plugins=plugins, embedded_database=True)
     try:
         result = await runtime.run(args.trigger, args.budget)
@@ -117,6 +137,7 @@ async def _worker(settings: Settings, plugins: list[Plugin], dsn: str) -> None:
 
     from app.pipeline.worker import Worker
 
+    configure_cli_logging(settings.log_level, budget_seconds=settings.pipeline_budget_seconds)
     runtime = Runtime(settings, plugins=plugins, embedded_database=True)
     worker = Worker(await runtime.pool(), dsn, runtime.stages, settings)
     loop = asyncio.get_running_loop()
@@ -129,11 +150,13 @@ async def _worker(settings: Settings, plugins: list[Plugin], dsn: str) -> None:
 
 
 async def _main(args, settings: Settings, plugins: list[Plugin]) -> int:
-    dsn = await database_url(settings, embedded=True)  # a command on your machine may start the embedded server
+    # a command on your machine may start the embedded server; its own connections (migrate,
+    # the worker's LISTEN, one-off commands) keep a session, so they skip a pooler
+    dsn = await direct_database_url(settings, embedded=True)
     if args.command == "migrate":
         conn = await connect(dsn)
         try:
-            applied = await migrate(conn)
+            applied = await migrate(conn, [p.name for p in plugins])
         finally:
             await conn.close()
         print(json.dumps({"applied": applied}))
@@ -141,6 +164,8 @@ async def _main(args, settings: Settings, plugins: list[Plugin]) -> int:
         print(json.dumps(await _enqueue(args, settings, plugins, dsn)))
     elif args.command == "worker":
         await _worker(settings, plugins, dsn)
+    elif getattr(args, "run", None) is not None:  # jobs, runs, batch, status
+        print(await args.run(args, Cli(settings, plugins, dsn)))
     elif getattr(args, "handler", None) is not None:  # a plug-in's command
         print(await args.handler(args, settings, dsn))
     elif args.command in ("user", "key"):
@@ -148,7 +173,10 @@ async def _main(args, settings: Settings, plugins: list[Plugin]) -> int:
     elif args.command == "run-once":
         result = await _run_once(args, settings, plugins)
         print(json.dumps(result, indent=2))
-        return 1 if result["stopReason"] == "error" else 0
+        if result["stopReason"] == "error":  # recorded, and said in one line on stderr
+            print(f"error: run {result['id']} stopped on an error: {result['error']}", file=sys.stderr)
+            return 1
+        return 0
     return 0
 
 
@@ -161,11 +189,32 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args = _parser(plugins).parse_args(argv)
     try:
-        return asyncio.run(_main(args, settings, plugins))
-    except (CliError, CommandError, SettingsError, StageConfigError) as exc:
+        with _embedded_server(settings):
+            return asyncio.run(_main(args, settings, plugins))
+    except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
-    except (DatabaseUnavailable, *DATABASE_ERRORS) as exc:
+        return exc.exit_code
+    except (CommandError, SettingsError, StageConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return BAD_INPUT
+    except asyncpg.UndefinedTableError:
+        print("error: the database has no Skiplock tables yet: run `skiplock migrate` first", file=sys.stderr)
+    except (DatabaseUnavailable, LocalPostgresError, *DATABASE_ERRORS) as exc:
         print(f"error: database unreachable or failing: {exc.__cause__ or exc}", file=sys.stderr)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
-    return 2
+    return FAILURE
+
+
+@contextmanager
+def _embedded_server(settings: Settings) -> Iterator[None]:
+    """Without DATABASE_URL, a command starts the embedded server: say so, and stop it
+    after (one a `make run` uses is left alone)."""
+    if settings.database_url:
+        yield
+        return
+    from app.devdb import embedded_for_command
+
+    with embedded_for_command(Path(settings.local_data_dir), lambda text: print(f"skiplock: {text}",
+                                                                                 file=sys.stderr)):
+        yield

@@ -1,4 +1,4 @@
-"""`python -m app user ...` and `python -m app key ...`: accounts and API keys.
+"""`skiplock user ...` and `skiplock key ...`: accounts and API keys.
 
 Changes are made as the actor `system`/`cli`, so the audit log says where they came from."""
 

@@ -25,18 +25,18 @@ import uvicorn
 
 from app.api.main import create_app
 from app.runtime import DATABASE_ERRORS, DatabaseUnavailable, Runtime
-from app.devdb import PASSWORD_FILE, LocalPostgresError, pid_alive, without_password
+from app.devdb import DEV_PID_FILE, PASSWORD_FILE, LocalPostgresError, pid_alive, without_password
 from app.engine import accounts
 from app.engine.db import connect
 from app.engine.tenancy import Actor, acting
 from app.engine.migrate import migrate
-from app.logs import configure_logging
+from app.logs import configure_cli_logging
 from app.settings import Settings, SettingsError, load_settings
 from app.plugin import Plugin, load_plugins
 
 log = logging.getLogger("skiplock.dev")
 
-PID_FILE = "dev.pid"
+PID_FILE = DEV_PID_FILE  # the CLI reads it too: it never stops a server make run uses
 SECRET_FILE = "cron-secret"
 ADMIN_KEY_FILE = "admin-key"
 LOCAL_ADMIN = "admin@localhost"
@@ -203,9 +203,9 @@ def dev_overrides(settings: Settings, plugins: list[Plugin]) -> dict:
 
 
 async def serve(settings: Settings, plugins: list[Plugin], signals: "_Signals") -> None:
-    conn = await connect(settings.database_url)
+    conn = await connect(settings.database_direct_url or settings.database_url)  # a session: not the pooler
     try:
-        applied = await migrate(conn)
+        applied = await migrate(conn, [p.name for p in plugins])
     finally:
         await conn.close()
     if applied:
@@ -262,7 +262,8 @@ def main() -> int:
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level)
+    # on a terminal, each tick's progress as a live line; JSON lines otherwise
+    configure_cli_logging(settings.log_level, sys.stdout, budget_seconds=settings.pipeline_budget_seconds)
     data_dir = Path(settings.local_data_dir).resolve()
     local = None  # the embedded server this run started or took over
     owns_dir = False

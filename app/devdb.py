@@ -29,8 +29,10 @@ import stat
 import subprocess
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator
 from urllib.parse import quote
 
 SYSTEM_USER = "skiplock_pg"
@@ -291,3 +293,34 @@ async def local_database_url(data_dir: Path = LOCAL_DATA_DIR) -> str:
     finally:
         await conn.close()
     return server.dsn(port, "skiplock")
+
+
+DEV_PID_FILE = "dev.pid"  # `make run` keeps its pid here while it runs
+
+
+@contextmanager
+def embedded_for_command(data_dir: Path, say: Callable[[str], None]) -> Iterator[None]:
+    """Around one CLI command that may start the embedded server (DATABASE_URL unset):
+    say so when it is not running yet, and stop it again when the command is done,
+    unless a `make run` has taken it over meanwhile. A server that was already running
+    (`make run`'s, say) is left alone."""
+    server = LocalPostgres(data_dir)
+    if server.running_port() is not None:
+        yield
+        return
+    say(f"DATABASE_URL is unset: starting the embedded PostgreSQL under {data_dir}/ "
+        "(stopped again when this command ends)")
+    try:
+        yield
+    finally:
+        if server.running_port() is not None and not _make_run_alive(data_dir):
+            server.stop()
+            say("stopped the embedded PostgreSQL")
+
+
+def _make_run_alive(data_dir: Path) -> bool:
+    try:
+        pid = int((data_dir / DEV_PID_FILE).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return False
+    return pid_alive(pid)

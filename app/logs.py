@@ -1,4 +1,5 @@
-"""Log output as JSON lines, for the processes that serve: `make run`, uvicorn, Lambda.
+"""Log output as JSON lines, for the processes that serve: `make run`, uvicorn, Lambda;
+and, for a person at a terminal, the pipeline's progress as a live line (ProgressLine).
 
 The pipeline already logs one JSON object per batch and per run (logger
 `skiplock.pipeline`); this formatter lifts such an object into the line itself, so
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from datetime import datetime, timezone
 from typing import IO
 
@@ -49,13 +51,16 @@ def _json_object(text: str) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def configure_logging(level: str = "INFO", stream: IO[str] | None = None) -> logging.Handler:
-    """Send every log record of this process, as one JSON line, to `stream` (stdout).
+def configure_logging(level: str = "INFO", stream: IO[str] | None = None,
+                      handler: logging.Handler | None = None) -> logging.Handler:
+    """Send every log record of this process, as one JSON line, to `stream` (stdout), or
+    to `handler` when given.
 
     Replaces the root logger's handlers (Lambda's runtime installs its own) and lets
     uvicorn's loggers propagate to it. Safe to call more than once."""
-    handler = logging.StreamHandler(stream or sys.stdout)
-    handler.setFormatter(JsonFormatter())
+    if handler is None:
+        handler = logging.StreamHandler(stream or sys.stdout)
+        handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -66,3 +71,70 @@ def configure_logging(level: str = "INFO", stream: IO[str] | None = None) -> log
         uv.handlers.clear()
         uv.propagate = True
     return handler
+
+
+class ProgressLine(logging.Handler):
+    """For a person at a terminal (`skiplock run-once`, `worker`, `make run`'s ticks): the
+    pipeline's `batch` events as one live line (jobs done/failed/deferred, rate, time left
+    in the budget, the stage just worked), and each `run` event as a line that stays.
+    Any other record is printed as a plain line above the live one."""
+
+    def __init__(self, stream: IO[str], budget_seconds: float | None = None) -> None:
+        super().__init__()
+        self.stream = stream
+        self.budget = budget_seconds
+        self._run: str | None = None
+        self._started = time.time()  # a run starts when the last one ended (or now)
+        self._counts = {"done": 0, "failed": 0, "deferred": 0}
+        self._live = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            event = _json_object(record.getMessage()) or {}
+            if event.get("event") == "batch":
+                self._batch(event, record.created)
+            elif event.get("event") == "run":
+                self._write(_run_line(event) + "\n", live=False)
+                self._run, self._started = None, record.created
+            else:
+                text = f"{record.levelname.lower()} {record.name}: {record.getMessage()}"
+                if record.exc_info:
+                    text += "\n" + logging.Formatter().formatException(record.exc_info)
+                self._write(text + "\n", live=False)
+        except Exception:  # a broken terminal must not break the run
+            self.handleError(record)
+
+    def _batch(self, event: dict, at: float) -> None:
+        if event.get("runId") != self._run:  # a new run (a worker runs one after another)
+            self._run = event.get("runId")
+            self._counts = dict.fromkeys(self._counts, 0)
+        for key in self._counts:
+            self._counts[key] += int(event.get(key) or 0)
+        elapsed = max(at - self._started, 1e-3)
+        c = self._counts
+        line = (f"run {str(self._run)[:8]}: {c['done']} done, {c['failed']} failed, {c['deferred']} deferred"
+                f" | {c['done'] / elapsed:.1f} jobs/s | stage {event.get('stage')}")
+        if self.budget is not None:
+            line += f" | {max(0.0, self.budget - elapsed):.0f}s left"
+        self._write("\r" + line + "\x1b[K", live=True)
+
+    def _write(self, text: str, *, live: bool) -> None:
+        if self._live and not live:
+            text = "\r\x1b[K" + text  # the live line makes way
+        self.stream.write(text)
+        self.stream.flush()
+        self._live = live
+
+
+def _run_line(event: dict) -> str:
+    line = (f"run {str(event.get('runId'))[:8]} ({event.get('trigger')}) stopped: {event.get('stopReason')}"
+            f" | {event.get('jobsDone')} done, {event.get('jobsFailed')} failed, {event.get('jobsDeferred')} deferred")
+    return line + (f" | error: {event['error']}" if event.get("error") else "")
+
+
+def configure_cli_logging(level: str = "INFO", stream: IO[str] | None = None,
+                          budget_seconds: float | None = None) -> logging.Handler:
+    """The command line's logging, on stderr (stdout keeps the command's answer): a
+    live progress line on a terminal, JSON lines (one per batch and per run) otherwise."""
+    stream = stream or sys.stderr
+    return configure_logging(level, stream, ProgressLine(stream, budget_seconds) if stream.isatty() else None)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+SettingsClass = TypeVar("SettingsClass", bound=BaseSettings)
 
 
 class SettingsError(Exception):
@@ -17,6 +20,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore")
 
     database_url: str | None = Field(None, description="PostgreSQL DSN; unset: the local embedded server")
+    database_direct_url: str | None = Field(
+        None, description="a DSN straight to PostgreSQL, for what needs a session (migrations, the worker's "
+                          "LISTEN); set it when DATABASE_URL is a transaction pooler (PgBouncer, RDS Proxy), "
+                          "and DATABASE_URL is then used without session state")
     pipeline_plugins: str = Field(
         "app.outreach.plugin:PLUGIN",
         description="comma-separated module:NAME of the plug-ins to run (their stages, routes, commands); "
@@ -42,6 +49,9 @@ class Settings(BaseSettings):
     # Serving: the HTTP endpoint, the Lambda entry point and `make run`.
     cron_secret: SecretStr | None = Field(
         None, description="bearer token /cron/pipeline requires; unset: the route answers 503 (but see LOCAL_DEV)")
+    metrics_token: SecretStr | None = Field(
+        None, description="bearer token GET /metrics accepts besides an admin API key; unset or blank: "
+                          "admin keys only")
     local_dev: bool = Field(
         False, description="local dev mode: without CRON_SECRET the cron route is open, and an unset "
                            "DATABASE_URL starts the embedded server")
@@ -81,16 +91,31 @@ class Settings(BaseSettings):
     max_payload_bytes: int = Field(
         65_536, ge=256, le=100_000_000,
         description="a job payload (as compact JSON) larger than this is refused with 422 at enqueue")
+    events_replay: int = Field(
+        1000, ge=1, le=1_000_000,
+        description="live events: only a room's last this many are replayed; asking for older gets a gap "
+                    "(maintenance prunes the rest)")
+    events_subscriber_queue: int = Field(
+        256, ge=1, le=100_000,
+        description="live events: a WebSocket's undelivered events held in memory; a client that falls "
+                    "further behind catches up from the database, or gets a gap")
 
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper_level(cls, value):
         return value.upper() if isinstance(value, str) else value
 
-    @field_validator("cron_secret", "cursor_secret", "redis_url", mode="before")
+    @field_validator("cron_secret", "cursor_secret", "redis_url", "database_direct_url", mode="before")
     @classmethod
     def _blank_secret_is_unset(cls, value):
         return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _direct_url_beside_pooled(self) -> "Settings":
+        if self.database_direct_url and not self.database_url:
+            raise ValueError("DATABASE_DIRECT_URL is set but DATABASE_URL is not: set both (DATABASE_URL "
+                             "the pooler's, DATABASE_DIRECT_URL PostgreSQL's own) or neither")
+        return self
 
     @model_validator(mode="after")
     def _budget_fits(self) -> "Settings":
@@ -101,45 +126,11 @@ class Settings(BaseSettings):
             raise ValueError("PIPELINE_STAGES must look like package.module:NAME")
         return self
 
-    # The example pipeline (app/outreach/): fetching, the shared quota, drafts.
-    fetch_timeout_seconds: float = Field(
-        10.0, gt=0, le=25, description="one page fetch, redirects included, gives up after this long "
-                                       "(robots.txt gets as long again: both fit the crawl stage's 60 s)")
-    fetch_max_bytes: int = Field(2_000_000, ge=1024, description="pages larger than this are skipped")
-    fetch_user_agent: str = Field(
-        "SkiplockBot/0.1 (Skiplock example pipeline)",
-        description="sent with every fetch; robots.txt rules for SkiplockBot apply")
+    # Egress: the non-public places outbound requests (webhooks, a plug-in's fetches) may reach.
     fetch_allow_private: str = Field(
         "", pattern=r"^\s*([^,\s]+:\d+)?\s*(,\s*([^,\s]+:\d+)?\s*)*$",
         description="comma-separated host:port pairs that fetches and webhooks may reach although "
                     "they are not public (e.g. 127.0.0.1:8000); everything else non-public is refused")
-    crawl_max_depth: int = Field(
-        3, ge=0, description="links more than this many clicks from the home page are not followed")
-    quota_daily_units: int = Field(
-        10_000, ge=0, description="shared third-party units per UTC day (a page fetch costs one)")
-    quota_reserve_units: int = Field(
-        500, ge=0, description="of those, kept for runs a person starts: scheduled runs stop here")
-    llm_base_url: str | None = Field(
-        None, description="an OpenAI-compatible API (…/v1); with LLM_MODEL set, drafts are written "
-                          "by it, else by a template")
-    llm_api_key: str | None = Field(None, repr=False, description="sent as a bearer token, when set")
-    llm_model: str | None = Field(None, description="the model drafts ask for")
-    llm_timeout_seconds: float = Field(
-        30.0, gt=0, le=100, description="one chat completion gives up after this long (the draft stage allows 120 s)")
-    default_owner_email: str = Field(
-        "owner@localhost", description="owner of campaigns added without one (on the default plan)")
-
-    @model_validator(mode="after")
-    def _example_pipeline_fits(self) -> "Settings":
-        for name in ("llm_base_url", "llm_api_key", "llm_model"):
-            value = getattr(self, name)
-            if isinstance(value, str) and not value.strip():
-                object.__setattr__(self, name, None)
-        if self.quota_reserve_units > self.quota_daily_units:
-            raise ValueError("QUOTA_RESERVE_UNITS cannot be larger than QUOTA_DAILY_UNITS")
-        if self.llm_base_url and not self.llm_base_url.startswith(("http://", "https://")):
-            raise ValueError("LLM_BASE_URL must be an http(s) URL, like http://127.0.0.1:11434/v1")
-        return self
 
     @model_validator(mode="after")
     def _api_fits(self) -> "Settings":
@@ -151,15 +142,16 @@ class Settings(BaseSettings):
             raise ValueError("MAX_PAYLOAD_BYTES cannot be larger than MAX_BODY_BYTES")
         return self
 
-    @property
-    def llm_enabled(self) -> bool:
-        """Drafts go to the LLM only when both its URL and model are set."""
-        return bool(self.llm_base_url and self.llm_model)
-
 
 def load_settings(**overrides) -> Settings:
+    return load_settings_class(Settings, **overrides)
+
+
+def load_settings_class(cls: type[SettingsClass], **overrides) -> SettingsClass:
+    """`cls` from the environment with `overrides` (a plug-in's settings class too);
+    SettingsError with one line naming the variable when a value does not fit."""
     try:
-        return Settings(**overrides)
+        return cls(**overrides)
     except ValidationError as exc:
         first = exc.errors()[0]
         message = first["msg"].removeprefix("Value error, ")

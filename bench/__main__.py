@@ -32,7 +32,7 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import claim_latency, drain, machine, peers
+from bench import claim_latency, coldstart, drain, events, invocations, machine, metrics, peers
 from bench.server import Server
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -45,7 +45,8 @@ LANES_DRAIN_CAMPAIGNS = 100_000
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", choices=["drain", "claim", "lanes", "lanes-drain", "peers"],
+    p.add_argument("--only", choices=["drain", "events", "claim", "lanes", "lanes-drain", "peers", "coldstart", "metrics",
+                                       "invocations"],
                    help="run one part only")
     p.add_argument("--n", type=int, default=20_000, help="jobs per drain (default 20000)")
     p.add_argument("--workers", type=int, default=10, help="overlapping pipeline runs (default 10)")
@@ -109,6 +110,15 @@ async def main(args) -> dict:
         if args.only in (None, "drain") and not args.no_diagnostics:
             _log("\n[1c] two claims at once, the first holding the top lane's last jobs")
             out["overlap"] = await _guard(drain.overlap_check(server, log=_log), server.meter)
+        if args.only in (None, "events"):  # issue 13: live events cost at most 5% of the drain
+            out["events"] = await _guard(events.run(server, n=args.n, workers=args.workers, batch=25,
+                                                    repeats=max(args.repeats, 5), cap=240, log=_log), server.meter)
+        if args.only in (None, "invocations"):
+            _log(f"\n[1d] `python -m app run-once` as separate processes: one, then 1 / 2 / 4 / 8 at "
+                 f"once, {args.n:,} no-op jobs, batch 50, concurrency 10")
+            out["invocations"] = await _guard(invocations.run(
+                server, n=args.n, counts=[1, 2, 4, 8], batch=50, concurrency=10, shape="ownerless",
+                repeats=args.repeats, cap=args.drain_cap, log=_log), server.meter)
         if args.only in (None, "claim"):
             _log(f"\n[2] fair claim of 25: done rows {', '.join(f'{s:,}' for s in args.sizes)}")
             out["claim"] = await _guard(claim_latency.run(
@@ -126,6 +136,12 @@ async def main(args) -> dict:
             out["lanes_drain"] = await _guard(drain.run_lanes(
                 server, n=args.n, workers=args.workers, batch=25, campaigns=LANES_DRAIN_CAMPAIGNS,
                 repeats=args.repeats, cap=args.drain_cap, log=_log), server.meter)
+        if args.only in (None, "metrics"):
+            _log("\n[6] the /metrics scrape with 1M jobs and 20,000 runs (bench/metrics.py)")
+            out["metrics"] = await _guard(metrics.run(server, log=_log), server.meter)
+        if args.only in (None, "coldstart"):
+            _log("\n[5] cold start of the Lambda handler (fresh interpreters, median of 7)")
+            out["coldstart"] = await _guard(asyncio.to_thread(coldstart.run, log=_log))
         if args.peers or args.only == "peers":
             _log("\n[4] peers on the same server: pgqueuer 1.6.0, the bare SKIP LOCKED loop")
             out["peers"] = await _guard(peers.run(
@@ -207,6 +223,7 @@ def _targets(out: dict) -> dict:
         t["lanes_drain_spread_over_one"] = {
             "target": f">= {ld['target_ratio']} (drain one job per lane over {ld['n']:,} lanes / all in one lane)",
             "value": ld["ratio"], "met": ld["ratio"] >= ld["target_ratio"] and ok}
+    t.update(invocations.targets(out))
     st = out.get("statements", {}).get("results", {}).get("mixed")
     drains = [x for r in d.values() for x in r["runs"]]
     if st and drains:
@@ -259,6 +276,7 @@ def _table(out: dict) -> str:
         lines += ["", f"Two claims at once: A holds the pro lane's last {ov['claim_a']} jobs, B gets "
                       f"{ov['claim_b']} with {ov['ready_in_other_lanes']:,} ready in other lanes: "
                       f"{'ok' if ov['ok'] else 'B starved (its run would stop with no_work)'}"]
+    lines += invocations.table(out)
     c = out.get("claim", {})
     if c.get("results"):
         lines += ["", f"Fair claim of 25 (ms), {c['pending']:,} pending over {c['campaigns']:,} campaigns, "

@@ -10,31 +10,19 @@ the settings are local to it, the pooled connection goes back carrying nothing."
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
-import asyncpg
 from fastapi import Depends, Request
 
 from app.api.bearer import bearer_token, challenge
 from app.api.deps import owner_pool_of
 from app.api.errors import ApiError
 from app.engine.accounts import KEY_SHAPE, authenticate
+from app.engine.one_connection import OneConnection
 from app.engine.tenancy import Actor, enter_tenant
 
-class RequestDb:
-    """The request's one connection, shaped like a pool for code written against one:
-    `acquire()` hands back the same connection, and `transaction()` nests (a savepoint)."""
-
-    def __init__(self, conn: asyncpg.Connection) -> None:
-        self._conn = conn
-
-    @asynccontextmanager
-    async def acquire(self) -> AsyncIterator[asyncpg.Connection]:
-        yield self._conn
-
-    def __getattr__(self, name: str):
-        return getattr(self._conn, name)
+# The request's one connection, shaped like a pool for code written against one.
+RequestDb = OneConnection
 
 
 async def key_holder(request: Request) -> tuple[Actor, str]:

@@ -18,7 +18,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import audit, batches, cron, errors, health, jobs, openapi, runs
+from app.api import (audit, batches, cron, dashboard, errors, events, health, jobs, lanes, metrics, openapi,
+                     runs)
 from app.api.auth import TENANT
 from app.api.body_limit import BodyLimit
 from app.api.idempotency import Idempotency
@@ -32,13 +33,15 @@ from app.settings import Settings, get_settings
 
 
 def create_app(settings: Settings | None = None, stages: list[Stage] | None = None,
-               plugins: list[Plugin] | None = None) -> FastAPI:
-    runtime = Runtime(settings or get_settings(), stages, plugins=plugins)
+               plugins: list[Plugin] | None = None, runtime: Runtime | None = None) -> FastAPI:
+    """runtime: one made already (the Lambda handler's, whose pool the schedule uses too)."""
+    runtime = runtime or Runtime(settings or get_settings(), stages, plugins=plugins)
     gate = RedisGate(runtime.settings.redis_url, runtime.settings.redis_timeout_seconds)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
+        await events.close_event_hub(app)
         await runtime.close()
         await gate.close()
 
@@ -54,10 +57,14 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
     errors.install(app)  # last, so its catch-all is the outermost middleware
     app.include_router(cron.router)
     app.include_router(health.router)
+    app.include_router(metrics.router)  # its own auth: METRICS_TOKEN or an admin key
+    app.include_router(events.ws_router)  # its own auth: a WebSocket cannot always send headers
+    app.include_router(dashboard.page_router)  # the page and its assets; the key is entered on it
     # Tenant routes: an API key, and row-level security in a transaction per request.
     # The plug-ins' routes are tenant routes too.
     plugin_routers = [r for p in runtime.plugins for r in p.routers]
-    for router in (jobs.router, runs.router, batches.router, *plugin_routers, audit.router):
+    for router in (jobs.router, runs.router, lanes.router, batches.router, *plugin_routers, audit.router,
+                   events.router, dashboard.router):
         app.include_router(router, dependencies=[TENANT])
     openapi.install(app, runtime)
     return app

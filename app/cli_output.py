@@ -1,0 +1,63 @@
+"""How `skiplock` prints: aligned tables for people, JSON for scripts (`--json`).
+
+Plain text, no rich: a command starts in a fraction of a second and its output pipes
+cleanly into grep, head and a pager."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, Iterable, Sequence
+
+Column = tuple[str, str]  # (header, key of the row dict)
+
+
+def table(rows: Iterable[dict[str, Any]], columns: Sequence[Column], *, empty: str = "(none)") -> str:
+    """Rows as columns aligned under their headers; `empty` when there are none."""
+    cells = [[cell(row.get(key)) for _, key in columns] for row in rows]
+    if not cells:
+        return empty
+    headers = [h for h, _ in columns]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def fields(pairs: Sequence[tuple[str, Any]]) -> str:
+    """One `label: value` line per pair, the values aligned."""
+    width = max(len(label) for label, _ in pairs)
+    return "\n".join(f"{label + ':':<{width + 1}} {cell(value)}" for label, value in pairs)
+
+
+def cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def ago(iso: str | None) -> str | None:
+    """'3m ago' for an ISO time, from a JSON answer."""
+    if iso is None:
+        return None
+    seconds = (datetime.now(timezone.utc) - datetime.fromisoformat(iso)).total_seconds()
+    return f"{span(abs(seconds))} ago" if seconds >= 0 else f"in {span(-seconds)}"
+
+
+def span(seconds: float | None) -> str | None:
+    """A duration the way a person reads it: 45s, 12m, 3h, 2d."""
+    if seconds is None:
+        return None
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s" if seconds >= 1 else f"{seconds:.2f}s"
+
+
+def render(data: Any, as_json: bool, human) -> str:
+    """JSON (indented, for scripts and jq) or `human(data)`."""
+    return json.dumps(data, indent=2, default=str) if as_json else human(data)

@@ -1,0 +1,60 @@
+"""`skiplock status`: the queue on one screen. Depth per stage (pending, paused, running,
+the oldest ready job's wait), what the last day's runs ended per stage, the last runs,
+whether the recurring maintenance runs somewhere, and the plug-ins' gauges (the
+example's quota left). The same cheap reads as /metrics."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from app.cli_jobs import RUN_COLUMNS, _json_arg, _run_line, acting_as_cli
+from app.cli_output import fields, render, span, table
+from app.engine import queue_stats
+from app.engine import runs as run_log
+from app.runtime import run_json
+
+RECENT_SECONDS = 24 * 3600
+LAST_RUNS = 5
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("status", help="the queue on one screen: depth, waits, last runs, quota")
+    _json_arg(p)
+    p.set_defaults(run=status)
+
+
+async def read_status(db, cli) -> dict[str, Any]:
+    depth = {r["type"]: r for r in await queue_stats.queue_depth(db)}
+    recent = {r["type"]: r for r in await queue_stats.endings_by_type(db, RECENT_SECONDS)}
+    stages = []
+    for type_ in [*depth, *(t for t in recent if t not in depth)]:
+        d, r = depth.get(type_, {}), recent.get(type_, {})
+        stages.append({"type": type_, "pending": d.get("pending", 0), "paused": d.get("paused", 0),
+                       "running": d.get("running", 0), "oldestReadySeconds": d.get("oldest_ready_seconds"),
+                       "doneLastDay": r.get("done", 0), "failedLastDay": r.get("failed", 0)})
+    runs = await run_log.list_runs(db, stop_reason=None, trigger=None, after=None, limit=LAST_RUNS)
+    tick = await queue_stats.last_maintenance_tick(db)
+    gauges = [{"plugin": p.name, "name": g.name, "help": g.help, "value": g.value, "labels": dict(g.labels)}
+              for p in cli.plugins if p.metrics is not None for g in await p.metrics(db, cli.settings)]
+    return {"stages": stages, "lastRuns": [run_json(r) for r in runs],
+            "maintenance": {"lastTickSecondsAgo": tick, "scheduledHere": cli.settings.run_scheduler},
+            "plugins": gauges}
+
+
+def status_text(s: dict[str, Any]) -> str:
+    stages = table([{**r, "wait": span(r["oldestReadySeconds"])} for r in s["stages"]],
+                   [("STAGE", "type"), ("PENDING", "pending"), ("PAUSED", "paused"), ("RUNNING", "running"),
+                    ("OLDEST READY", "wait"), ("DONE 24H", "doneLastDay"), ("FAILED 24H", "failedLastDay")],
+                   empty="(no jobs waiting or running, no runs in the last day)")
+    m = s["maintenance"]
+    tick = "never (none kept)" if m["lastTickSecondsAgo"] is None else f"{span(m['lastTickSecondsAgo'])} ago"
+    facts = [("maintenance", f"last enqueued {tick}; RUN_SCHEDULER {'on' if m['scheduledHere'] else 'off'} here")]
+    facts += [(f"{g['plugin']} {g['name']}", g["value"]) for g in s["plugins"]]
+    return "\n\n".join([stages, fields(facts),
+                        "last runs:\n" + table([_run_line(r) for r in s["lastRuns"]], RUN_COLUMNS)])
+
+
+async def status(args, cli) -> str:
+    async with acting_as_cli(cli.dsn) as db:
+        return render(await read_status(db, cli), args.json, status_text)

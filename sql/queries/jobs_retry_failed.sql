@@ -1,0 +1,25 @@
+-- `skiplock jobs retry --failed`: every failed job back to pending, due now, attempts
+-- reset (as job_retry.sql does for one). Optional: $1 only this type, $2 only jobs that
+-- finished in the last $2 seconds; $3 cancelled jobs too (by default a cancel stands).
+-- A job whose dedupe key an open job holds stays failed, and of failed jobs sharing a
+-- key only the newest is retried: the unique index on open keys would refuse the rest.
+WITH failed AS (
+    SELECT id, lane, dedupe_key, finished_at FROM jobs
+    WHERE status = 'failed'
+      AND ($1::text IS NULL OR type = $1)
+      AND ($2::float8 IS NULL OR finished_at >= now() - make_interval(secs => $2))
+      AND ($3 OR last_error IS DISTINCT FROM 'cancelled')
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT DISTINCT ON (f.lane, coalesce(f.dedupe_key, f.id::text)) f.id
+    FROM failed f
+    WHERE f.dedupe_key IS NULL
+       OR NOT EXISTS (SELECT 1 FROM jobs o WHERE o.lane = f.lane AND o.dedupe_key = f.dedupe_key
+                                             AND o.status IN ('pending', 'running'))
+    ORDER BY f.lane, coalesce(f.dedupe_key, f.id::text), f.finished_at DESC
+)
+UPDATE jobs j
+SET status = 'pending', attempts = 0, run_after = now(), locked_at = NULL, finished_at = NULL
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.type

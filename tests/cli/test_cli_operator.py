@@ -1,0 +1,163 @@
+"""`skiplock`: the operator's job, run and status commands against the real database,
+their one-line errors, and the embedded server a command starts and stops. The
+installed script runs as a subprocess where the process matters (exit codes, the
+embedded server, one full command); the rest call the same main() in-process, since
+every start of Python here costs a second or more."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+from app.devdb import LocalPostgres
+from app.settings import get_settings, load_settings
+from app.engine import job_admin
+from app.pipeline.loop import Pipeline
+from tests import factories
+from tests.sample_stages import STAGES
+
+SKIPLOCK = str(Path(".venv/bin/skiplock").resolve())
+
+
+def skiplock(*args, dsn: str | None, env: dict | None = None) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PIPELINE_PLUGINS": "", "PIPELINE_STAGES": "tests.sample_stages:STAGES",
+            "PYTHONPATH": os.getcwd(), **(env or {})}  # an installed script does not look in the cwd
+    full.pop("DATABASE_URL", None)
+    if dsn:
+        full["DATABASE_URL"] = dsn
+    return subprocess.run([SKIPLOCK, *args], capture_output=True, text=True, env=full, timeout=120)
+
+
+@pytest.fixture
+def cli(dsn, monkeypatch):
+    """cli(*args) -> CompletedProcess-like, through app.cli.main in a thread."""
+    monkeypatch.setenv("DATABASE_URL", dsn)
+    monkeypatch.setenv("PIPELINE_PLUGINS", "")
+    monkeypatch.setenv("PIPELINE_STAGES", "tests.sample_stages:STAGES")
+    get_settings.cache_clear()
+
+    def call(args) -> subprocess.CompletedProcess:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse's own exits
+                code = exc.code
+        return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+    async def run(*args) -> subprocess.CompletedProcess:
+        return await asyncio.to_thread(call, args)
+
+    yield run
+    get_settings.cache_clear()
+
+
+def ok_json(result: subprocess.CompletedProcess):
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def one_line(result: subprocess.CompletedProcess, code: int, needle: str) -> None:
+    assert result.returncode == code, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.stderr
+
+
+async def _failed(pool, n: int, **kw) -> list[uuid.UUID]:
+    ids = await factories.jobs(pool, "echo", n, **kw)
+    await pool.execute("UPDATE jobs SET status = 'failed', attempts = 3, last_error = 'boom', "
+                       "finished_at = now() WHERE id = ANY($1)", ids)
+    return ids
+
+
+async def test_jobs_runs_and_status_commands(dsn, pool, cli):
+    failed = await _failed(pool, 3)
+    cancelled = await _failed(pool, 1)
+    await pool.execute("UPDATE jobs SET last_error = 'cancelled' WHERE id = $1", cancelled[0])
+    pending = await factories.jobs(pool, "echo", 2)
+    run_id = await factories.run(pool, "cron")
+    await pool.execute("UPDATE runs SET finished_at = started_at + interval '3 seconds', stop_reason = 'no_work', "
+                       "jobs_done = 4, summary = '{\"stages\": {\"echo\": {\"done\": 4, \"failed\": 1, "
+                       "\"deferred\": 0}}}' WHERE id = $1", run_id)
+
+    # a page of failed jobs, and the next one from its cursor: newest first, nothing twice
+    first = ok_json(await cli("jobs", "ls", "--status", "failed", "--limit", "3", "--json"))
+    assert len(first["data"]) == 3 and first["nextCursor"]
+    rest = ok_json(await cli("jobs", "ls", "--status", "failed", "--after", first["nextCursor"], "--json"))
+    seen = [j["id"] for j in first["data"] + rest["data"]]
+    assert sorted(seen) == sorted(str(i) for i in failed + cancelled) and rest["nextCursor"] is None
+
+    # one retry, then the rest in bulk: cancelled jobs stay cancelled unless asked
+    one = ok_json(await cli("jobs", "retry", str(failed[0]), "--json"))
+    assert one["status"] == "pending" and one["attempts"] == 0
+    bulk = ok_json(await cli("jobs", "retry", "--failed", "--type", "echo", "--since", "1h", "--json"))
+    assert bulk == {"retried": 2, "byType": {"echo": 2}}
+    statuses = dict(await pool.fetch("SELECT id, status FROM jobs WHERE id = ANY($1)", failed + cancelled))
+    assert [statuses[i] for i in failed] == ["pending"] * 3 and statuses[cancelled[0]] == "failed"
+
+    # cancel a pending job; again, it is a failure in one line (exit 1)
+    cancel = await cli("jobs", "cancel", str(pending[0]))
+    assert cancel.returncode == 0 and "cancelled" in cancel.stdout, cancel.stderr
+    one_line(await cli("jobs", "cancel", str(pending[0])), 1, "has already finished (failed)")
+
+    status = ok_json(skiplock("status", "--json", dsn=dsn))  # the installed script, once
+    echo = next(s for s in status["stages"] if s["type"] == "echo")
+    true_pending = await pool.fetchval("SELECT count(*) FROM jobs WHERE type = 'echo' AND status = 'pending'")
+    assert echo["pending"] == true_pending == 4 and echo["running"] == 0
+    assert echo["doneLastDay"] == 4 and echo["failedLastDay"] == 1
+    assert [r["id"] for r in status["lastRuns"]] == [str(run_id)]
+    table = await cli("runs", "ls")
+    assert table.returncode == 0 and table.stdout.splitlines()[0].split()[:3] == ["ID", "TRIGGER", "STOP"]
+    assert str(run_id) in table.stdout and "no_work" in table.stdout
+
+    # what the CLI changed is in the audit log as system/cli; the pipeline's own work is not
+    enqueued = ok_json(await cli("enqueue", "echo"))["id"]
+    audit = await pool.fetch("SELECT actor_kind, actor_id, op, row_id, new_row ->> 'status' AS status "
+                             "FROM audit_log WHERE table_name = 'jobs'")
+    assert {(a["actor_kind"], a["actor_id"]) for a in audit} == {("system", "cli")}
+    assert {(a["row_id"], a["op"], a["status"]) for a in audit} == {
+        *((str(i), "UPDATE", "pending") for i in failed), (str(pending[0]), "UPDATE", "failed"),
+        (enqueued, "INSERT", "pending")}
+    worked = await Pipeline(pool, STAGES, load_settings(database_url=dsn, pipeline_plugins="")).run("cron")
+    assert worked.jobs_done == 5
+    assert await pool.fetchval("SELECT count(*) FROM audit_log WHERE table_name = 'jobs'") == len(audit)
+
+
+async def test_bad_input_and_missing_rows_are_one_line(dsn, cli):
+    one_line(skiplock("jobs", "show", "nope", dsn=dsn), 2, "job id 'nope' is not a uuid")  # the script's exit code
+    one_line(await cli("jobs", "show", str(uuid.UUID(int=5))), 1, f"no job {uuid.UUID(int=5)}")
+    one_line(await cli("jobs", "retry", "--failed", "--type", "nosuch"), 2, "unknown job type 'nosuch'")
+    one_line(await cli("jobs", "retry"), 2, "give a job id, or --failed")
+    one_line(await cli("runs", "ls", "--limit", "0"), 2, "--limit must be a whole number")
+
+
+async def test_bulk_retry_leaves_dedupe_keys_whole(pool):
+    """Failed jobs whose key an open job holds stay failed; of failed jobs sharing a key,
+    only the newest is retried (the unique index on open keys would refuse the rest)."""
+    held = await _failed(pool, 1, dedupe_key="held")
+    await factories.jobs(pool, "echo", 1, dedupe_key="held")  # open: holds the key
+    shared = [*await _failed(pool, 1, dedupe_key="shared"), *await _failed(pool, 1, dedupe_key="shared")]
+    await pool.execute("UPDATE jobs SET finished_at = now() - interval '1 minute' WHERE id = $1", shared[0])
+    retried = {r["id"] for r in await job_admin.retry_failed_jobs(pool)}
+    assert retried == {shared[1]}
+    assert await pool.fetchval("SELECT status FROM jobs WHERE id = $1", held[0]) == "failed"
+
+
+def test_a_command_starts_and_stops_the_embedded_server(tmp_path):
+    data = tmp_path / "data"
+    env = {"LOCAL_DATA_DIR": str(data)}
+    result = skiplock("migrate", dsn=None, env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["applied"]
+    assert "starting the embedded PostgreSQL" in result.stderr
+    assert "stopped the embedded PostgreSQL" in result.stderr
+    assert LocalPostgres(data).running_port() is None  # nothing left running
