@@ -1,0 +1,432 @@
+"""The job state machine, tested as a state machine.
+
+Hypothesis plays random sequences of enqueue (with and without dedupe keys, now or later,
+in a batch or not), claim, complete, fail, defer, cancel, retry, lease expiry, time
+passing, stuck sweep, reconcile, prune and lane pauses, from three runs at once, against
+the real test server through the named SQL queries. A small model says what each step
+must do; after every step the database is read back and compared with it, and with the
+invariants the code relies on (docs/invariants.md):
+
+- every job's status, attempts and holder are what the model says, so a state change
+  came only from the run that held the job, and attempts never pass the stage's maximum;
+- one open job per dedupe key per lane;
+- job_lanes: pending equals a recount, served equals the hourly buckets and the model's
+  starts minus hand-backs (never negative), head_at is the oldest pending job, ready_at
+  says truthfully whether the lane has work due, ranking copied from lanes;
+- every lane with open work has its lanes row;
+- a claim takes only claimable jobs, never comes back empty while one is claimable;
+- after a reconcile no open batch has all its children finished.
+
+Each rule is one call of a named query (sql/queries/), so a change to the queue's SQL is
+tested here whatever Python calls it. Shrunk failures are kept as plain tests below."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import asyncpg
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, invariant, precondition,
+                                 rule, run_state_machine_as_test)
+
+from app.engine.db import create_pool
+from app.engine.queries import query
+from tests import factories as f
+
+LEASE = 300.0                      # seconds; a lease expires only when a rule ages it
+MAX_ATTEMPTS = {"a": 2, "b": 3}    # two stages with different limits
+KEYS = [None, "k1", "k2"]
+OPEN = ("pending", "running")
+
+
+# ---- the adapter: one named query per operation, positional as the SQL files say ----
+
+class Queue:
+    """The queue's named queries, called synchronously on a pool of the machine's own
+    event loop (hypothesis's state machines are not async)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.pool = self.do(create_pool(dsn, size=2))
+
+    def do(self, awaitable):
+        return self.loop.run_until_complete(awaitable)
+
+    def close(self) -> None:
+        self.do(self.pool.close())
+        self.loop.close()
+
+    def fetch(self, name: str, *args):
+        return self.do(self.pool.fetch(query(name), *args))
+
+    def sql(self, text: str, *args):  # the test's own reads and time travel
+        return self.do(self.pool.fetch(text, *args))
+
+    def new_lane(self) -> uuid.UUID:
+        return self.do(f.campaign(self.pool, self.do(f.user(self.pool, "pro"))))
+
+    def new_run(self) -> uuid.UUID:
+        return self.do(f.run(self.pool))
+
+    def enqueue(self, type_, lane, key, run_after, batch):
+        rows = self.fetch("enqueue", type_, {}, key, lane, run_after, batch, None)
+        return rows[0]["id"] if rows else None
+
+    def claim(self, type_, run, limit):
+        return [r["id"] for r in self.fetch("claim", type_, limit, run, LEASE, MAX_ATTEMPTS[type_])]
+
+    def complete(self, run, job):
+        return [r["id"] for r in self.fetch("complete", [job], run)]
+
+    def fail(self, run, job, max_attempts):
+        return self.fetch("fail", job, run, "boom", max_attempts)
+
+    def defer(self, run, job, until):
+        return [r["id"] for r in self.fetch("defer", [job], [until], run)]
+
+    def sweep(self, type_):
+        ids = [r["id"] for r in self.fetch("stuck_candidates", type_, LEASE, MAX_ATTEMPTS[type_])]
+        return ids, [i for i in ids if self.fetch("fail_stuck", i, type_, LEASE, MAX_ATTEMPTS[type_])]
+
+
+# ---- the model ----
+
+@dataclass
+class ModelJob:
+    type: str
+    lane: uuid.UUID
+    key: str | None
+    batch: uuid.UUID | None
+    status: str = "pending"
+    attempts: int = 0
+    holder: uuid.UUID | None = None
+    due: bool = True
+    expired: bool = False   # running, and its lease has run out
+
+    @property
+    def open(self) -> bool:
+        return self.status in OPEN
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class JobMachine(RuleBasedStateMachine):
+    dsn: str = ""
+    jobs_b = Bundle("jobs")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = Queue(self.dsn)
+        self.jobs: dict[uuid.UUID, ModelJob] = {}
+        self.served: dict[tuple[str, uuid.UUID], int] = {}
+        self.batch_status: dict[uuid.UUID, str] = {}
+        self.lanes: list[uuid.UUID] = []
+        self.seq: dict[uuid.UUID, int] = {}  # order of enqueue: picks by position replay alike
+        self.runs: list[uuid.UUID] = []
+        self.held: dict[uuid.UUID, set[uuid.UUID]] = {}  # what each run believes it holds
+
+    @initialize()
+    def setup(self):
+        # the claim looks at every lane: an earlier example's jobs must be gone
+        self.q.sql("DELETE FROM jobs WHERE type = ANY($1)", sorted(MAX_ATTEMPTS))
+        self.lanes = [self.q.new_lane() for _ in range(3)]
+        self.runs = [self.q.new_run() for _ in range(3)]
+        self.held = {r: set() for r in self.runs}
+        for lane in self.lanes[:2]:
+            batch = self.q.fetch("batch_insert", lane)[0]["id"]
+            self.batch_status[batch] = "pending"
+
+    def teardown(self):
+        self.q.close()
+
+    def paused(self) -> set[uuid.UUID]:
+        return {r["id"] for r in self.q.sql("SELECT id FROM lanes WHERE paused AND id = ANY($1)", self.lanes)}
+
+    def claimable(self, type_: str) -> set[uuid.UUID]:
+        paused = self.paused()
+        return {i for i, j in self.jobs.items() if j.type == type_ and j.lane not in paused and (
+            (j.status == "pending" and j.due)
+            or (j.status == "running" and j.expired and j.attempts < MAX_ATTEMPTS[type_]))}
+
+    # ---- rules ----
+
+    @rule(target=jobs_b, type_=st.sampled_from(sorted(MAX_ATTEMPTS)), lane=st.integers(0, 2),
+          key=st.sampled_from(KEYS), later=st.booleans(), in_batch=st.booleans())
+    def enqueue(self, type_, lane, key, later, in_batch):
+        lane_id = self.lanes[lane]
+        batches = list(self.batch_status)
+        batch = batches[lane] if in_batch and lane < len(batches) else None
+        job_id = self.q.enqueue(type_, lane_id, key, now() + timedelta(hours=1) if later else None, batch)
+        taken = key is not None and any(j.open and j.lane == lane_id and j.key == key
+                                        for j in self.jobs.values())
+        assert (job_id is None) == taken, "a duplicate open dedupe key is a no-op, and only that"
+        if job_id is not None:
+            self.jobs[job_id] = ModelJob(type_, lane_id, key, batch, due=not later)
+            self.seq[job_id] = len(self.seq)
+        return job_id
+
+    @rule(type_=st.sampled_from(sorted(MAX_ATTEMPTS)), run=st.integers(0, 2), limit=st.integers(1, 4))
+    def claim(self, type_, run, limit):
+        run_id = self.runs[run]
+        claimable = self.claimable(type_)
+        got = self.q.claim(type_, run_id, limit)
+        assert set(got) <= claimable, ("claimed a job that was not claimable", [
+            (self.jobs.get(i), dict(r)) for i in set(got) - claimable
+            for r in self.q.sql("SELECT status, attempts, run_after <= now() AS due, locked_at FROM jobs "
+                                "WHERE id = $1", i)])
+        assert len(got) == len(set(got)) <= limit
+        assert got or not claimable, "a claim came back empty while a job was claimable"
+        # (not "as many as the limit allows": see test_a_lane_with_deferred_work_does_not_shorten_a_claim)
+        for job_id in got:
+            j = self.jobs[job_id]
+            j.status, j.attempts, j.holder, j.expired = "running", j.attempts + 1, run_id, False
+            self.served[(j.type, j.lane)] = self.served.get((j.type, j.lane), 0) + 1
+            self.held[run_id].add(job_id)
+
+    def _pick_held(self, data, run):
+        held = sorted(self.held[self.runs[run]], key=self.seq.__getitem__)
+        return data.draw(st.sampled_from(held)) if held else None
+
+    def _holds(self, run_id, job_id) -> bool:
+        j = self.jobs.get(job_id)
+        return j is not None and j.status == "running" and j.holder == run_id
+
+    @rule(run=st.integers(0, 2), data=st.data())
+    def complete(self, run, data):
+        run_id, job_id = self.runs[run], self._pick_held(data, run)
+        if job_id is None:
+            return
+        expected = self._holds(run_id, job_id)
+        assert bool(self.q.complete(run_id, job_id)) == expected
+        self.held[run_id].discard(job_id)
+        if expected:
+            j = self.jobs[job_id]
+            j.status, j.holder = "done", None
+
+    @rule(run=st.integers(0, 2), for_good=st.booleans(), data=st.data())
+    def fail(self, run, for_good, data):
+        run_id, job_id = self.runs[run], self._pick_held(data, run)
+        if job_id is None:
+            return
+        expected = self._holds(run_id, job_id)
+        j = self.jobs.get(job_id)
+        rows = self.q.fail(run_id, job_id, 0 if for_good else MAX_ATTEMPTS[j.type] if j else 1)
+        assert bool(rows) == expected
+        self.held[run_id].discard(job_id)
+        if expected:
+            gives_up = for_good or j.attempts >= MAX_ATTEMPTS[j.type]
+            j.status, j.holder, j.due = ("failed" if gives_up else "pending"), None, False
+            assert rows[0]["status"] == j.status
+
+    @rule(run=st.integers(0, 2), later=st.booleans(), data=st.data())
+    def defer(self, run, later, data):
+        run_id, job_id = self.runs[run], self._pick_held(data, run)
+        if job_id is None:
+            return
+        expected = self._holds(run_id, job_id)
+        until = now() + (timedelta(hours=1) if later else timedelta(seconds=-1))
+        assert bool(self.q.defer(run_id, job_id, until)) == expected
+        self.held[run_id].discard(job_id)
+        if expected:
+            j = self.jobs[job_id]
+            j.status, j.holder, j.due, j.attempts = "pending", None, not later, max(j.attempts - 1, 0)
+            self.served[(j.type, j.lane)] -= 1  # the attempt is handed back
+
+    @rule(job_id=jobs_b)
+    def cancel(self, job_id):
+        if job_id is None:
+            return
+        j = self.jobs.get(job_id)
+        rows = self.q.fetch("job_cancel", job_id)
+        assert bool(rows) == (j is not None and j.status == "pending")
+        if rows:
+            j.status, j.holder = "failed", None
+
+    @rule(job_id=jobs_b)
+    def retry(self, job_id):
+        if job_id is None:
+            return
+        j = self.jobs.get(job_id)
+        clash = j is not None and j.key is not None and any(
+            o.open and o.lane == j.lane and o.key == j.key for o in self.jobs.values())
+        try:
+            rows = self.q.fetch("job_retry", job_id)
+        except asyncpg.UniqueViolationError:
+            assert j is not None and j.status == "failed" and clash
+            return
+        assert not (j is not None and j.status == "failed" and clash), "a retry took a dedupe key that was held"
+        assert bool(rows) == (j is not None and j.status == "failed")
+        if rows:
+            j.status, j.attempts, j.due = "pending", 0, True
+
+    @rule(job_id=jobs_b)
+    def lease_expires(self, job_id):
+        j = self.jobs.get(job_id)
+        if j is None or j.status != "running":
+            return
+        self.q.sql("UPDATE jobs SET locked_at = now() - make_interval(secs => $2) WHERE id = $1",
+                   job_id, LEASE + 60)
+        j.expired = True
+
+    @rule(job_id=jobs_b)
+    def time_passes(self, job_id):
+        j = self.jobs.get(job_id)
+        if j is None or j.status != "pending" or j.due:
+            return
+        self.q.sql("UPDATE jobs SET run_after = now() - interval '1 second' WHERE id = $1", job_id)
+        j.due = True
+
+    @rule(type_=st.sampled_from(sorted(MAX_ATTEMPTS)))
+    def stuck_sweep(self, type_):
+        stuck = {i for i, j in self.jobs.items() if j.type == type_ and j.status == "running"
+                 and j.expired and j.attempts >= MAX_ATTEMPTS[type_]}
+        candidates, failed = self.q.sweep(type_)
+        assert set(candidates) == stuck and set(failed) == stuck
+        for job_id in failed:
+            self.jobs[job_id].status, self.jobs[job_id].holder = "failed", None
+
+    @rule()
+    def reconcile(self):
+        self.q.fetch("reconcile_batches")
+        for batch, status in self.batch_status.items():
+            children = [j for j in self.jobs.values() if j.batch == batch]
+            if status not in OPEN or not children:
+                continue
+            finished = sum(not j.open for j in children)
+            failed = sum(j.status == "failed" for j in children)
+            not_started = sum(j.status == "pending" and j.attempts == 0 for j in children)
+            if finished < len(children):
+                status = "running" if not_started < len(children) else "pending"
+            else:
+                status = "completed" if failed == 0 else "failed" if failed == len(children) else "partially_failed"
+            self.batch_status[batch] = status
+        rows = self.q.sql("SELECT id, status FROM batches WHERE id = ANY($1)", list(self.batch_status))
+        assert {r["id"]: r["status"] for r in rows} == self.batch_status
+
+    @rule()
+    def prune(self):
+        self.q.sql("UPDATE jobs SET finished_at = now() - interval '1 hour' "
+                   "WHERE lane = ANY($1) AND status IN ('done', 'failed')", self.lanes)
+        self.q.fetch("prune_finished", 0, 1000)
+        for job_id in [i for i, j in self.jobs.items() if not j.open]:
+            del self.jobs[job_id]
+
+    @rule(lane=st.integers(0, 2), paused=st.booleans())
+    def pause(self, lane, paused):
+        self.q.sql("UPDATE lanes SET paused = $2 WHERE id = $1", self.lanes[lane], paused)
+
+    # ---- invariants, read from the database after every step ----
+
+    @invariant()
+    def jobs_are_as_the_model_says(self):
+        if not self.lanes:
+            return
+        rows = self.q.sql("SELECT id, type, status, attempts, run_id, dedupe_key, lane FROM jobs "
+                          "WHERE lane = ANY($1)", self.lanes)
+        assert {r["id"] for r in rows} == set(self.jobs)
+        for r in rows:
+            j = self.jobs[r["id"]]
+            assert (r["status"], r["attempts"]) == (j.status, j.attempts), r["id"]
+            assert r["attempts"] <= MAX_ATTEMPTS[r["type"]]
+            if r["status"] == "running":
+                assert r["run_id"] == j.holder
+        open_keys = [(r["lane"], r["dedupe_key"]) for r in rows
+                     if r["status"] in OPEN and r["dedupe_key"] is not None]
+        assert len(open_keys) == len(set(open_keys)), "two open jobs share a dedupe key in one lane"
+
+    @invariant()
+    def lane_counters_match_a_recount(self):
+        if not self.lanes:
+            return
+        bad = self.q.sql(LANE_CHECK, self.lanes)
+        assert not bad, [dict(r) for r in bad]
+        served = {(r["type"], r["lane"]): r["served"] for r in self.q.sql(
+            "SELECT type, lane, served FROM job_lanes WHERE lane = ANY($1)", self.lanes)}
+        assert {k: v for k, v in served.items() if v} == {k: v for k, v in self.served.items() if v}
+
+    @invariant()
+    def no_finished_batch_left_open_after_reconcile(self):
+        if not self.batch_status:
+            return
+        rows = self.q.sql("SELECT id FROM batches b WHERE id = ANY($1) AND status IN ('pending', 'running') "
+                          "AND EXISTS (SELECT 1 FROM jobs j WHERE j.batch_id = b.id) "
+                          "AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.batch_id = b.id "
+                          "                AND j.status IN ('pending', 'running'))", list(self.batch_status))
+        # allowed between a child's ending and the next reconcile; the model knows which
+        for r in rows:
+            assert self.batch_status[r["id"]] in OPEN
+
+
+# Every (type, lane) of the given lanes whose counter row disagrees with the jobs: pending
+# against a recount, served against its hourly buckets (and never negative), head_at
+# against the oldest pending job, ready_at against "some pending job is due", the ranking
+# against lanes; and every lane with open work without its lanes row.
+LANE_CHECK = """
+WITH truth AS (
+    SELECT type, lane, count(*) AS pending, min(created_at) AS head_at,
+           bool_or(run_after <= now()) AS ready
+    FROM jobs WHERE status = 'pending' AND lane = ANY($1) GROUP BY type, lane
+), hours AS (
+    SELECT type, lane, sum(served) AS served FROM job_lane_hours WHERE lane = ANY($1) GROUP BY type, lane
+)
+SELECT 'counter' AS problem, coalesce(l.type, t.type) AS type, coalesce(l.lane, t.lane) AS lane,
+       l.pending, t.pending AS true_pending, l.served, h.served AS hour_served, l.head_at,
+       t.head_at AS true_head, l.ready_at, t.ready
+FROM (SELECT * FROM job_lanes WHERE lane = ANY($1)) l
+FULL JOIN truth t ON t.type = l.type AND t.lane = l.lane
+LEFT JOIN hours h ON h.type = coalesce(l.type, t.type) AND h.lane = coalesce(l.lane, t.lane)
+LEFT JOIN lanes r ON r.id = coalesce(l.lane, t.lane)
+WHERE l.type IS NULL
+   OR l.pending <> coalesce(t.pending, 0)
+   OR l.served < 0 OR l.served <> coalesce(h.served, 0)
+   OR l.head_at IS DISTINCT FROM t.head_at
+   OR (l.ready_at <= now()) IS DISTINCT FROM t.ready
+   OR (l.priority, l.paused) IS DISTINCT FROM (r.priority, r.paused)
+UNION ALL
+SELECT 'no lanes row', j.type, j.lane, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM jobs j
+WHERE j.lane = ANY($1) AND j.status IN ('pending', 'running')
+  AND NOT EXISTS (SELECT 1 FROM lanes r WHERE r.id = j.lane)
+"""
+
+
+# The suite's run is small and the same every time; STATE_MACHINE_EXAMPLES=500 explores
+# afresh (random seeds, 40 steps), as before a release.
+EXPLORE = int(os.environ.get("STATE_MACHINE_EXAMPLES", "0"))
+
+
+async def test_job_state_machine(dsn, pool):
+    # hypothesis drives the machine synchronously: in a thread, with its own event loop
+    JobMachine.dsn = dsn
+    await asyncio.to_thread(run_state_machine_as_test, JobMachine, settings=settings(
+        max_examples=EXPLORE or 30, stateful_step_count=40 if EXPLORE else 25, deadline=None,
+        derandomize=not EXPLORE, database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+
+
+# ---- what the machine found, kept as plain tests ----
+
+@pytest.mark.xfail(strict=True, reason="claim.sql gives a lane one slot per pending job, due or "
+                                       "not; the slots of its deferred jobs go unfilled")
+async def test_a_lane_with_deferred_work_does_not_shorten_a_claim(pool):
+    """Lane L has one job due and one deferred for an hour; lane M, served more, has one job
+    due. A claim of 2 must take both due jobs: it took L's only, and M's waited for the
+    next claim (found by the machine with a claim asserting it is as full as it can be)."""
+    owner = await f.user(pool, "pro")
+    busy, quiet = await f.campaign(pool, owner), await f.campaign(pool, owner)
+    run = await f.run(pool)
+    for _ in range(3):  # `busy` has been served three times
+        await pool.fetch(query("enqueue"), "a", {}, None, busy, None, None, None)
+    assert len(await pool.fetch(query("claim"), "a", 3, run, LEASE, 3)) == 3
+    for lane, run_after in ((quiet, None), (quiet, now() + timedelta(hours=1)), (busy, None)):
+        await pool.fetch(query("enqueue"), "a", {}, None, lane, run_after, None, None)
+    claimed = await pool.fetch(query("claim"), "a", 2, run, LEASE, 3)
+    assert len(claimed) == 2
