@@ -85,7 +85,7 @@ async def test_finished_batch_is_delivered_signed_and_retried_after_a_500(pool):
     assert verify(final) and not verify(final, "wrong")
     event = json.loads(final.body)
     assert event["event"] == "batch.finished"
-    assert event["data"] == {"batchId": str(out.batch_id), "campaignId": str(c), "status": "completed"}
+    assert event["data"] == {"batchId": str(out.batch_id), "lane": str(c), "status": "completed"}
     assert (await pool.fetchrow("SELECT status FROM jobs WHERE type = 'notify'"))["status"] == "done"
 
 
@@ -97,7 +97,7 @@ async def test_a_job_failing_for_good_notifies_the_owners_own_url(pool):
         owner = await f.user(pool, "free")
         await f.as_system(pool, "UPDATE users SET webhook_url = $2 WHERE id = $1", owner, account_hook.url)
         c = await f.campaign(pool, owner)
-        [job_id] = await f.jobs(pool, "t", 1, campaign_id=c)
+        [job_id] = await f.jobs(pool, "t", 1, lane=c)
         s = settings(account_hook, global_hook, webhook_url=global_hook.url, webhook_secret=SECRET)
         await Pipeline(pool, [Stage(type="t", handler=broken, max_attempts=1)], s).run("cron")
     assert global_hook.received == []

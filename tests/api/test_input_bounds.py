@@ -34,7 +34,7 @@ async def test_a_nul_nested_in_a_batch_payload_is_422_naming_where(make_client, 
     client, c = await batch_client(make_client, pool)
     for payload, where in (({"a": {"b": ["ok", "x\u0000y"]}}, "body.jobs.0.payload.a.b.1"),
                            ({"a": {"k\u0000": 1}}, "body.jobs.0.payload.a.k\\x00")):
-        r = await client.post(f"/campaigns/{c}/batches", json={"jobs": [{"type": "record", "payload": payload}]})
+        r = await client.post(f"/lanes/{c}/batches", json={"jobs": [{"type": "record", "payload": payload}]})
         error = assert_error(r, 422, "invalid_request")
         assert error["details"][0]["location"] == where, error
         assert "NUL" in error["details"][0]["message"]
@@ -45,10 +45,10 @@ async def test_a_nul_nested_in_a_batch_payload_is_422_naming_where(make_client, 
 async def test_a_total_beyond_the_bound_is_422_not_an_int4_overflow(make_client, pool):
     client, c = await batch_client(make_client, pool)
     for total in (2**31, 10**30, 1_000_001, -1):
-        r = await client.post(f"/campaigns/{c}/batches", json={"jobs": [{"type": "record", "total": total}]})
+        r = await client.post(f"/lanes/{c}/batches", json={"jobs": [{"type": "record", "total": total}]})
         error = assert_error(r, 422, "invalid_request")
         assert error["details"][0]["location"] == "body.jobs.0.total", error
-    ok = await client.post(f"/campaigns/{c}/batches", json={"jobs": [{"type": "record", "total": 1_000_000}]})
+    ok = await client.post(f"/lanes/{c}/batches", json={"jobs": [{"type": "record", "total": 1_000_000}]})
     assert ok.status_code == 201, ok.text
     assert await pool.fetchval("SELECT total FROM jobs") == 1_000_000
 

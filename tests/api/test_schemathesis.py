@@ -14,8 +14,9 @@ runs on every request):
 
 Each generated request carries a fresh Idempotency-Key: reusing a key for another
 request is a documented 422 (tests/api/test_idempotency.py), not something to find
-again on every operation. And `campaign_id` in schema-valid requests names a real
-campaign, so the batch and job routes are fuzzed past "no such campaign"."""
+again on every operation. And a campaign or lane id in schema-valid requests names a
+real campaign (whose id is its lane's), so the batch and job routes are fuzzed past
+"no such lane"."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ LOOSER_SCHEMAS = {
     # "\u0000" (a 422 saying so); and a payload must be the one its `type` declares
     "POST /jobs",
     "POST /campaigns/{campaign_id}/batches",
+    "POST /lanes/{lane_id}/batches",
 }
 
 
@@ -83,10 +85,11 @@ def fuzz(document: dict, base_url: str, api_key: str, campaign_id: str) -> Outco
             case.headers["Idempotency-Key"] = str(uuid.uuid4())
         if case.meta is None or case.meta.generation.mode is not GenerationMode.POSITIVE:
             return
-        if case.path_parameters and "campaign_id" in case.path_parameters:
-            case.path_parameters["campaign_id"] = campaign_id
-        if isinstance(case.body, dict) and case.body.get("campaign_id"):
-            case.body["campaign_id"] = campaign_id
+        for name in ("campaign_id", "lane_id"):  # a campaign's id is its lane's
+            if case.path_parameters and name in case.path_parameters:
+                case.path_parameters[name] = campaign_id
+        if isinstance(case.body, dict) and case.body.get("lane"):
+            case.body["lane"] = campaign_id
 
     schemathesis.hook("before_call")(fresh_key_and_real_campaign)  # a global hook: only there
     outcome = Outcome()
@@ -129,7 +132,7 @@ async def test_schemathesis_every_phase_every_check_finds_nothing(make_client, p
               Stage(type="crawl", handler=noop, payload=CrawlPayload, lease=60, timeout=10)]
     client = await make_client(make_settings(dsn, idempotency_wait_seconds=0.5), stages=stages, via="uvicorn")
     campaign = await f.campaign(pool, await f.user(pool, "pro"))
-    await f.jobs(pool, "record", 3, campaign_id=campaign)
+    await f.jobs(pool, "record", 3, lane=campaign)
     await f.run(pool)
     document = (await client.get("/openapi.json")).json()
     outcome = await asyncio.to_thread(fuzz, document, str(client.base_url).rstrip("/"), admin_key, str(campaign))
@@ -164,7 +167,7 @@ async def test_the_document_describes_every_route_and_error(make_client):
         if not path.startswith("/health/"):
             assert "429" in responses
     jobs_list = {p["name"]: p for p in document["paths"]["/jobs"]["get"]["parameters"]}
-    assert set(jobs_list) == {"status", "type", "campaign_id", "batch_id", "limit", "cursor"}
+    assert set(jobs_list) == {"status", "type", "lane", "batch_id", "limit", "cursor"}
     assert jobs_list["limit"]["schema"]["maximum"] == 200
     assert "record" in jobs_list["type"]["schema"]["enum"]
     schemas = document["components"]["schemas"]
