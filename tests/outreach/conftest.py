@@ -85,7 +85,9 @@ def settings(**overrides):
 
 def example_settings(**overrides) -> OutreachSettings:
     """The example's settings for a test: a short fetch timeout, small pages, no LLM."""
-    base = dict(fetch_timeout_seconds=0.4, fetch_max_bytes=2048, llm_base_url=None, llm_model=None,
+    # 1.5 s: short enough for the tests that wait out a silent server (it sleeps 2 s), long
+    # enough that a loaded machine (two test processes) does not time out a live local one
+    base = dict(fetch_timeout_seconds=1.5, fetch_max_bytes=2048, llm_base_url=None, llm_model=None,
                 llm_api_key=None)
     return load_outreach_settings(**{**base, **overrides})
 
