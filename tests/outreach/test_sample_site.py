@@ -46,6 +46,14 @@ async def test_the_first_tick_finds_the_contacts_and_drafts_them(pool, make_app,
     assert s["contacts_found"] == len(EXPECTED) and s["drafts_written"] == len(EXPECTED)
     brief = await pool.fetchrow("SELECT * FROM briefs WHERE campaign_id = $1", cid)
     assert brief["title"].startswith("Northwind Outdoor Co.") and "hiking" in brief["keywords"]
+    # the live events say the same, in the campaign's lane room and its owner's account room
+    owner = await pool.fetchval("SELECT user_id FROM campaigns WHERE id = $1", cid)
+    for room in (f"lane:{cid}", f"account:{owner}"):
+        found = await pool.fetch("SELECT type, sum((data->>'count')::int) AS n FROM events "
+                                 "WHERE room = $1 AND type IN ('contacts.found', 'drafts.written') "
+                                 "GROUP BY type ORDER BY type", room)
+        assert [(r["type"], r["n"]) for r in found] == [("contacts.found", len(EXPECTED)),
+                                                        ("drafts.written", len(EXPECTED))], room
 
 
 def test_robots_rules_move_with_the_mount():
