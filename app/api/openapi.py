@@ -82,7 +82,7 @@ def _add_error(responses: dict[str, Any], status: str, description: str) -> None
 
 # The queue's routes that need an API key and see only the key's tenant (auth.py); the
 # plug-ins' routes are tenant routes too.
-TENANT_PREFIXES = ("/lanes", "/batches", "/jobs", "/runs", "/audit")
+TENANT_PREFIXES = ("/lanes", "/batches", "/jobs", "/runs", "/audit", "/events", "/stats")
 
 
 def _complete_operation(path: str, method: str, op: dict[str, Any], settings: Settings,
