@@ -65,45 +65,41 @@ async def expire_served(pool, stages: list[Stage], ctx: Context) -> int:
 
 async def prune_finished(pool, stages: list[Stage], ctx: Context) -> int:
     """Delete finished jobs past the retention, a bounded batch per statement."""
-    pruned = 0
-    while ctx.time_left() > 1:
+    async def one_batch() -> int:
         status = await pool.execute(query("prune_finished"), ctx.settings.job_retention_hours, PRUNE_BATCH)
-        n = int(status.split()[-1])
-        pruned += n
-        if n < PRUNE_BATCH:
-            break
+        return int(status.split()[-1])
+    pruned = await _in_bounded_batches(ctx, one_batch, "pruned")
     await pool.fetchval(query("prune_bookkeeping"))
-    if pruned:
-        ctx.count("pruned", pruned)
     return pruned
 
 
 async def expire_idempotency_keys(pool, stages: list[Stage], ctx: Context) -> int:
     """Forget stored Idempotency-Key answers past IDEMPOTENCY_RETENTION_HOURS, a bounded
     batch per statement."""
-    expired = 0
-    while ctx.time_left() > 1:
-        n = await idempotency.expire(pool, ctx.settings.idempotency_retention_hours, PRUNE_BATCH)
-        expired += n
-        if n < PRUNE_BATCH:
-            break
-    if expired:
-        ctx.count("idempotency_expired", expired)
-    return expired
+    return await _in_bounded_batches(
+        ctx, lambda: idempotency.expire(pool, ctx.settings.idempotency_retention_hours, PRUNE_BATCH),
+        "idempotency_expired")
 
 
 async def prune_events(pool, stages: list[Stage], ctx: Context) -> int:
     """Delete events the replay rule no longer serves (each room keeps its last
     EVENTS_REPLAY), a bounded batch per statement."""
-    pruned = 0
+    return await _in_bounded_batches(
+        ctx, lambda: events.prune(pool, ctx.settings.events_replay, PRUNE_BATCH), "events_pruned")
+
+
+async def _in_bounded_batches(ctx: Context, one_batch: Callable[[], Awaitable[int]], counter: str) -> int:
+    """Repeat a delete of at most PRUNE_BATCH rows while the run has time, until one comes
+    back short (nothing left): no statement holds its locks for long. Counted in the run."""
+    total = 0
     while ctx.time_left() > 1:
-        n = await events.prune(pool, ctx.settings.events_replay, PRUNE_BATCH)
-        pruned += n
+        n = await one_batch()
+        total += n
         if n < PRUNE_BATCH:
             break
-    if pruned:
-        ctx.count("events_pruned", pruned)
-    return pruned
+    if total:
+        ctx.count(counter, total)
+    return total
 
 
 @dataclass(frozen=True)
