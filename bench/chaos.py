@@ -46,6 +46,13 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 
 
+# What the harness's own connections get while PostgreSQL restarts: a refused or cut
+# socket, a server shutting down or starting up, or asyncpg's protocol left waiting for a
+# sync after the server's goodbye ("another operation (2) is in progress").
+DATABASE_DOWN = (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError,
+                 asyncpg.InternalClientError)
+
+
 # ---- the no-op stages the chaos adds (PIPELINE_STAGES=bench.chaos:STAGES) ----
 
 RECORD_EFFECT = "INSERT INTO chaos_effects (job_id, attempt, run_id) VALUES ($1, $2, $3)"
@@ -90,8 +97,9 @@ class Scale:
 
 FULL = Scale(seconds=150, plain_jobs=36_000, lanes=200, full_sites=20, pages=300, start_every=2.5,
              budget=20, kill_every=4, restarts=[(0.35, "fast"), (0.7, "immediate")])
-SHORT = Scale(seconds=9, plain_jobs=1_200, lanes=8, full_sites=2, pages=24, start_every=1.0,
-              budget=4, kill_every=3, restarts=[(0.45, "fast")], redis=(0.25, 0.6))
+# Short: one restart, about two kills, few Python starts (each costs ~1 s on a busy box).
+SHORT = Scale(seconds=8, plain_jobs=600, lanes=6, full_sites=2, pages=12, start_every=1.5,
+              budget=4, kill_every=2, restarts=[(0.4, "fast")], redis=(0.2, 0.55), invocations=3)
 
 
 # ---- SQL the harness runs itself (its own table, reads, and the fast-forwarded clock) ----
@@ -290,7 +298,7 @@ class Chaos:
     def __init__(self, scale: Scale, seed: int, folder: Path, log=print) -> None:
         self.scale, self.seed, self.folder, self.log = scale, seed, folder, log
         self.rng = random.Random(seed)
-        self.t0 = 0.0
+        self.t0 = self.started = 0.0
         self.stopping = False
         self.invocations: list[Invocation] = []
         self.procs: dict[int, asyncio.subprocess.Process] = {}
@@ -304,6 +312,7 @@ class Chaos:
         self.errors_5xx: list[str] = []
         self.quota_wrong_seen = 0
         self.site_faults = Faults(seed + 1, hang_seconds=2.0)
+        self.api_log = folder / "api.log"
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -388,7 +397,7 @@ class Chaos:
                 conn = await asyncpg.connect(self.dsn, timeout=2)
                 await conn.close()
                 break
-            except (OSError, asyncpg.PostgresError, asyncio.TimeoutError):
+            except DATABASE_DOWN:
                 await asyncio.sleep(0.05)
         window[1] = self.now()
         self.faults[f"PostgreSQL restart ({mode})"] += 1
@@ -439,7 +448,7 @@ class Chaos:
                     self.quota_wrong_seen += await conn.fetchval(QUOTA_WRONG, self.daily_units)
                 finally:
                     await conn.close()
-            except (OSError, asyncpg.PostgresError, asyncio.TimeoutError):
+            except DATABASE_DOWN:
                 pass
             await asyncio.sleep(0.25)
 
@@ -458,7 +467,7 @@ class Chaos:
                     await conn.execute(INSERT_PLAIN[self.lane_column], types, picks)
                 finally:
                     await conn.close()
-            except (OSError, asyncpg.PostgresError, asyncio.TimeoutError):
+            except DATABASE_DOWN:
                 pass  # the database is restarting: this round is lost, as a client's would be
             await asyncio.sleep(0.5)
 
@@ -526,19 +535,22 @@ class Chaos:
         self.site = ServedInThread(site_and_llm(self.site_faults, self.scale.pages))
         self.redis_port = free_port()
         await self.start_redis()
-        rc, out, err = await self.cli("migrate")
-        if rc != 0:
-            raise RuntimeError(f"migrate failed: {err.strip()}")
-        conn = await asyncpg.connect(self.dsn)
-        await conn.execute(CREATE_EFFECTS)
-        self.lane_column = await conn.fetchval(LANE_COLUMN)
-        await conn.close()
-        async def tenant_key(email: str) -> str:
-            await self.cli("plan", "set", email, "pro")
-            rc, out, err = await self.cli("key", "create", email)
-            if rc != 0:
-                raise RuntimeError(f"key create failed: {err.strip()}")
-            return json.loads(out)["key"]
+        # The schema and the tenants' keys are made in this process (each Python start
+        # costs a second on a busy machine); the load uses only the public entry points.
+        from app.engine import accounts
+        from app.engine.db import connect
+        from app.engine.migrate import migrate
+        from app.engine.tenancy import Actor, acting
+        from app.plugin import load_plugins
+        from app.settings import load_settings
+        conn = await connect(self.dsn)
+        try:
+            await migrate(conn, [p.name for p in load_plugins(load_settings().pipeline_plugins)])
+            await conn.execute(CREATE_EFFECTS)
+            self.lane_column = await conn.fetchval(LANE_COLUMN)
+        finally:
+            await conn.close()
+        self.log(f"chaos: database ready at {time.monotonic() - self.started:.1f} s")
         api_port = free_port()
         self.api_url = f"http://127.0.0.1:{api_port}"
         self.api = await asyncio.create_subprocess_exec(
@@ -546,8 +558,16 @@ class Chaos:
             "--port", str(api_port), "--log-level", "error", cwd=ROOT,
             env=self.env(REDIS_URL=f"redis://127.0.0.1:{self.redis_port}/0", RATE_LIMIT_PER_MINUTE="0",
                          DB_POOL_SIZE="8"),
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-        keys = await asyncio.gather(tenant_key("ann@chaos.test"), tenant_key("bob@chaos.test"))
+            stdout=asyncio.subprocess.DEVNULL, stderr=self.api_log.open("wb"))
+        keys = []
+        admin = await asyncpg.create_pool(self.dsn, min_size=1, max_size=1)
+        try:
+            for email in ("ann@chaos.test", "bob@chaos.test"):
+                async with acting(admin, Actor("system", "chaos")) as conn:
+                    await accounts.add_user(conn, email, "pro")
+                    keys.append((await accounts.create_key(conn, email)).key)
+        finally:
+            await admin.close()
         async with httpx.AsyncClient(base_url=self.api_url, timeout=10) as client:
             for _ in range(1200):
                 try:
@@ -555,7 +575,10 @@ class Chaos:
                         break
                 except httpx.HTTPError:
                     pass
+                if self.api.returncode is not None:
+                    raise RuntimeError(f"the API exited with {self.api.returncode} before it was ready")
                 await asyncio.sleep(0.1)
+            self.log(f"chaos: API ready at {time.monotonic() - self.started:.1f} s")
             spec = (await client.get("/openapi.json")).json()
             self.lane_field = "lane" if "lane" in json.dumps(spec["components"]["schemas"].get("JobIn", {})) \
                 else "campaign_id"
@@ -586,7 +609,8 @@ class Chaos:
             self.log(f"chaos: {open_jobs} jobs open at {self.now():.1f} s")
             if open_jobs == 0:
                 return 0
-            await asyncio.gather(*(self.cli("run-once", "--budget", "20") for _ in range(2)))
+            ran = await asyncio.gather(*(self.cli("run-once", "--budget", "20") for _ in range(2)))
+            self.log("chaos: drain runs: " + "; ".join(summary(out, err) for _, out, err in ran))
         return open_jobs
 
     async def check(self) -> dict:
@@ -624,12 +648,12 @@ class Chaos:
         return any(start - 0.5 <= t <= (end or 1e9) + 3.0 for start, end in self.down)
 
     async def run(self) -> dict:
-        started = time.monotonic()
+        started = self.started = time.monotonic()
         await self.setup()
         self.log(f"chaos: set up in {time.monotonic() - started:.1f} s; seed {self.seed}, "
                  f"{self.scale.lanes} lanes, load for {self.scale.seconds:.0f} s")
         self.t0 = time.monotonic()
-        worker = await asyncio.create_subprocess_exec(
+        worker = self.worker = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "app", "worker", cwd=ROOT, env=self.env(PIPELINE_BUDGET_SECONDS=str(self.scale.budget)),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
         every_lane = [lane for _, lanes in self.tenants for lane in lanes]
@@ -642,6 +666,7 @@ class Chaos:
         load_seconds = self.now()
         finished_in_load = self.samples[-1][2] if self.samples else 0
         await asyncio.gather(*background)
+        self.log(f"chaos: the load's tasks ended at {self.now():.1f} s")
         if worker.returncode is not None:
             self.faults["the worker died on its own"] += 1
         worker.send_signal(signal.SIGTERM)
@@ -665,22 +690,53 @@ class Chaos:
             "recovery": self.recovery, "invocations": dict(kills),
             "invocation_errors": sorted({i.error_line for i in self.invocations if i.error_line and not i.killed}),
             "api": dict(Counter(f"{code}" for _, _, code in self.responses)),
-            "api_changes": len(self.changes), "api_5xx": self.errors_5xx[:20],
+            "api_changes": len(self.changes), "api_5xx": self.errors_5xx[:20], "api_log_errors": self.api_errors(),
             "database_down": [[round(a, 1), round(b or 0, 1)] for a, b in self.down],
         })
         return result
 
-    def close(self) -> None:
-        for proc in list(self.procs.values()):
-            with_suppress(proc.kill)
-        if getattr(self, "api", None) is not None and self.api.returncode is None:
-            with_suppress(self.api.kill)
+    def api_errors(self) -> list[str]:
+        """The exception lines of the API's log (LOG_LEVEL=ERROR: what it answered 500 for)."""
+        try:
+            text = self.api_log.read_text(errors="replace")
+        except FileNotFoundError:
+            return []
+        return sorted({line.strip()[:300] for line in text.splitlines()
+                       if re.match(r"^[\w.]+(Error|Exception)\b", line.strip())})[:20]
+
+    async def close(self) -> None:
+        """Stop everything this run started, inside the event loop (a subprocess left to
+        the garbage collector after the loop closed only says "Event loop is closed")."""
+        procs = [*self.procs.values(), *(p for p in (getattr(self, "api", None), getattr(self, "worker", None))
+                                         if p is not None)]
+        for proc in procs:
+            if proc.returncode is None:
+                with_suppress(proc.kill)
+        for proc in procs:
+            await proc.wait()
         if getattr(self, "redis", None) is not None:
             with_suppress(self.redis.kill)
+            self.redis.wait()
         if getattr(self, "site", None) is not None:
             self.site.stop()
         if getattr(self, "pg", None) is not None:
-            self.pg.stop()
+            await asyncio.to_thread(self.pg.stop)
+
+    async def run_and_close(self) -> dict:
+        try:
+            return await self.run()
+        finally:
+            await self.close()
+
+
+def summary(out: str, err: str) -> str:
+    """One line for a run-once: its stop reason, jobs done and seconds, or its last error."""
+    try:
+        run = json.loads(out)
+    except ValueError:
+        lines = err.strip().splitlines()
+        return lines[-1][:200] if lines else "no output"
+    return f"{run.get('stopReason')}, {run.get('jobsDone')} done in {run.get('durationSeconds')} s"
 
 
 def with_suppress(fn) -> None:
@@ -703,6 +759,8 @@ def report(result: dict) -> str:
     lines += ["", f"invocations: {result['invocations']}; API answers: {result['api']}"]
     if result["api_5xx"]:
         lines += ["API 5xx: " + " | ".join(result["api_5xx"])[:1500]]
+    if result["api_log_errors"]:
+        lines += ["the API's log: " + " | ".join(result["api_log_errors"])[:1500]]
     if result["invocation_errors"]:
         lines += ["invocations that failed (not killed): " + " | ".join(result["invocation_errors"])[:1500]]
     return "\n".join(lines)
@@ -727,9 +785,13 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(tempfile.mkdtemp(prefix="skiplock-chaos-"))
     chaos = Chaos(scale, args.seed, folder, log=lambda line: print(line, file=sys.stderr, flush=True))
     try:
-        result = asyncio.run(chaos.run())
+        result = asyncio.run(chaos.run_and_close())
+    except Exception as exc:  # the harness itself failed: say why on the last line
+        import traceback
+        traceback.print_exc()
+        print(f"chaos: the harness failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
     finally:
-        chaos.close()
         shutil.rmtree(folder, ignore_errors=True)
     print(report(result))
     out = args.out or (None if args.short else RESULTS / "chaos.json")

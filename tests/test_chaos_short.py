@@ -22,8 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_short_chaos_run_keeps_every_invariant(tmp_path):
     out = tmp_path / "chaos.json"
     done = subprocess.run([sys.executable, "-m", "bench.chaos", "--short", "--out", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
-    assert out.exists(), done.stderr[-3000:]
+                          capture_output=True, text=True, timeout=300)
+    # the harness's own lines (chaos: ...) say how far it got, and why it stopped
+    assert out.exists(), "\n".join(line for line in done.stderr.splitlines()
+                                    if line.startswith("chaos:") or "Error" in line)[-3000:]
     result = json.loads(out.read_text())
     broken = {name: n for name, n in result["invariants"].items() if n}
     assert not broken, (broken, result.get("api_5xx"), result.get("invocation_errors"))

@@ -36,6 +36,7 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, inva
                                  rule, run_state_machine_as_test)
 
 from app.engine.db import create_pool
+from app.engine.jobs import claim
 from app.engine.queries import query
 from tests import factories as f
 
@@ -78,8 +79,14 @@ class Queue:
         rows = self.fetch("enqueue", type_, {}, key, lane, run_after, batch, None)
         return rows[0]["id"] if rows else None
 
-    def claim(self, type_, run, limit):
-        return [r["id"] for r in self.fetch("claim", type_, limit, run, LEASE, MAX_ATTEMPTS[type_])]
+    def claim(self, type_, run, limit, done=(), back=(), until=None):
+        """claim.sql as the hot loop calls it: the previous batch's endings (`done`, and
+        `back` handed back until `until`) written in the same statement. Returns the
+        claimed ids and how many were marked done and handed back."""
+        rows = self.fetch("claim", type_, limit, run, LEASE, MAX_ATTEMPTS[type_],
+                          list(done), list(back), [until] * len(back))
+        # no job claimed: one row of NULL job columns, still carrying the two counts
+        return [r["id"] for r in rows if r["id"] is not None], rows[0]["done"], rows[0]["handed_back"]
 
     def complete(self, run, job):
         return [r["id"] for r in self.fetch("complete", [job], run)]
@@ -173,11 +180,29 @@ class JobMachine(RuleBasedStateMachine):
             self.seq[job_id] = len(self.seq)
         return job_id
 
-    @rule(type_=st.sampled_from(sorted(MAX_ATTEMPTS)), run=st.integers(0, 2), limit=st.integers(1, 4))
-    def claim(self, type_, run, limit):
+    @rule(type_=st.sampled_from(sorted(MAX_ATTEMPTS)), run=st.integers(0, 2), limit=st.integers(1, 4),
+          later=st.booleans(), data=st.data())
+    def claim(self, type_, run, limit, later, data):
         run_id = self.runs[run]
-        claimable = self.claimable(type_)
-        got = self.q.claim(type_, run_id, limit)
+        # the run's previous batch ends in the same statement: some of what it believes it
+        # holds is marked done, some handed back (each only if it still holds the job)
+        held = sorted(self.held[run_id], key=self.seq.__getitem__)
+        picks = st.lists(st.sampled_from(held), unique=True, max_size=2) if held else st.just([])
+        done = data.draw(picks)
+        back = [i for i in data.draw(picks) if i not in done]
+        until = now() + (timedelta(hours=1) if later else timedelta(seconds=-1))
+        # the endings and the claim read one snapshot: a job ended here is not claimable here
+        claimable = self.claimable(type_) - set(done) - set(back)
+        done_now = [i for i in done if self._holds(run_id, i)]
+        back_now = [i for i in back if self._holds(run_id, i)]
+        got, n_done, n_back = self.q.claim(type_, run_id, limit, done, back, until)
+        assert (n_done, n_back) == (len(done_now), len(back_now)), "an ending touched a job the run did not hold"
+        for job_id in (*done, *back):
+            self.held[run_id].discard(job_id)
+        for job_id in done_now:
+            self.jobs[job_id].status, self.jobs[job_id].holder = "done", None
+        for job_id in back_now:
+            self._hand_back(job_id, later)
         assert set(got) <= claimable, ("claimed a job that was not claimable", [
             (self.jobs.get(i), dict(r)) for i in set(got) - claimable
             for r in self.q.sql("SELECT status, attempts, run_after <= now() AS due, locked_at FROM jobs "
@@ -236,9 +261,12 @@ class JobMachine(RuleBasedStateMachine):
         assert bool(self.q.defer(run_id, job_id, until)) == expected
         self.held[run_id].discard(job_id)
         if expected:
-            j = self.jobs[job_id]
-            j.status, j.holder, j.due, j.attempts = "pending", None, not later, max(j.attempts - 1, 0)
-            self.served[(j.type, j.lane)] -= 1  # the attempt is handed back
+            self._hand_back(job_id, later)
+
+    def _hand_back(self, job_id, later):
+        j = self.jobs[job_id]
+        j.status, j.holder, j.due, j.attempts = "pending", None, not later, max(j.attempts - 1, 0)
+        self.served[(j.type, j.lane)] -= 1  # the attempt is handed back
 
     @rule(job_id=jobs_b)
     def cancel(self, job_id):
@@ -425,8 +453,8 @@ async def test_a_lane_with_deferred_work_does_not_shorten_a_claim(pool):
     run = await f.run(pool)
     for _ in range(3):  # `busy` has been served three times
         await pool.fetch(query("enqueue"), "a", {}, None, busy, None, None, None)
-    assert len(await pool.fetch(query("claim"), "a", 3, run, LEASE, 3)) == 3
+    assert len(await claim(pool, f.lease("a", LEASE, 3), run, 3)) == 3
     for lane, run_after in ((quiet, None), (quiet, now() + timedelta(hours=1)), (busy, None)):
         await pool.fetch(query("enqueue"), "a", {}, None, lane, run_after, None, None)
-    claimed = await pool.fetch(query("claim"), "a", 2, run, LEASE, 3)
+    claimed = await claim(pool, f.lease("a", LEASE, 3), run, 2)
     assert len(claimed) == 2

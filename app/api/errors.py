@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.engine.db import was_cut
 from app.pipeline.outcomes import HookFailed
 from app.runtime import DatabaseUnavailable
 
@@ -100,8 +101,15 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
 
 
 # The database went away in the middle of a request: a 503 the client may retry, not a 500.
-DATABASE_GONE = (ConnectionError, asyncpg.ConnectionDoesNotExistError, asyncpg.CannotConnectNowError,
-                 asyncpg.TooManyConnectionsError)
+# (Shutdown and crash are what a query running during `pg_ctl restart` gets back.)
+DATABASE_GONE = (ConnectionError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError,
+                 asyncpg.AdminShutdownError, asyncpg.CrashShutdownError, asyncpg.TooManyConnectionsError)
+
+
+def database_gone(exc: BaseException) -> bool:
+    """Whether `exc` means "the database is not there" (answer 503), not a bug (500): the
+    errors above, or the driver saying only that the connection was cut (engine/db.py)."""
+    return isinstance(exc, (DatabaseUnavailable, *DATABASE_GONE)) or was_cut(exc)
 
 
 def database_unavailable_response(exc: Exception) -> JSONResponse:
@@ -116,6 +124,14 @@ def database_unavailable_response(exc: Exception) -> JSONResponse:
 async def _database_gone(request: Request, exc: Exception) -> JSONResponse:
     log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
     return database_unavailable_response(exc)
+
+
+async def _driver_error(request: Request, exc: Exception) -> JSONResponse:
+    """asyncpg's own errors: 503 when they only say the connection was cut, else a 500."""
+    if database_gone(exc):
+        return await _database_gone(request, exc)
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, "internal_error", "unexpected server error; the details are in the server log")
 
 
 async def _hook_failed(request: Request, exc: Exception) -> JSONResponse:
@@ -154,12 +170,16 @@ class CatchAll:
         watched = WatchedSend(send)
         try:
             await self.app(scope, receive, watched)
-        except Exception:
-            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+        except Exception as exc:
+            gone = database_gone(exc)  # raised by a middleware, outside the routes' handlers
+            if gone:
+                log.warning("database unavailable on %s %s: %s", scope.get("method"), scope.get("path"), exc)
+            else:
+                log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
             if watched.started:
                 return  # too late to answer; the client sees a cut response
-            response = error_response(500, "internal_error",
-                                      "unexpected server error; the details are in the server log")
+            response = database_unavailable_response(exc) if gone else error_response(
+                500, "internal_error", "unexpected server error; the details are in the server log")
             await response(scope, receive, send)
 
 
@@ -176,5 +196,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     for exc_class in (DatabaseUnavailable, *DATABASE_GONE):
         app.add_exception_handler(exc_class, _database_gone)
+    for exc_class in (asyncpg.InternalClientError, asyncpg.InterfaceError):
+        app.add_exception_handler(exc_class, _driver_error)
     app.add_exception_handler(HookFailed, _hook_failed)
     app.add_middleware(CatchAll)

@@ -14,6 +14,24 @@ import asyncpg
 CONNECTION_ERRORS = (OSError, asyncio.TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
                      asyncpg.CannotConnectNowError, asyncpg.AdminShutdownError, asyncpg.CrashShutdownError,
                      asyncpg.TooManyConnectionsError)
+# The driver's own errors, when all they say is that the connection was cut. A server
+# shutting down says goodbye on every idle pooled connection; asyncpg then waits for a
+# sync that never comes, and the next query on it fails with "cannot switch to state N;
+# another operation (2) is in progress" (2: consuming an error; asyncpg issues 784,
+# 1069), or "connection is closed" once it has seen the socket go. Other driver errors
+# are bugs.
+_CUT = ("another operation (2) is in progress", "connection is closed")
+
+
+def was_cut(exc: BaseException) -> bool:
+    """A driver error that only says the connection was cut under it."""
+    return isinstance(exc, (asyncpg.InternalClientError, asyncpg.InterfaceError)) and any(
+        marker in str(exc) for marker in _CUT)
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether `exc` means the connection (or the server) went away: worth a retry."""
+    return isinstance(exc, CONNECTION_ERRORS) or was_cut(exc)
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from app.engine import jobs as q
 from app.engine.jobs import Job
-from app.engine.db import CONNECTION_ERRORS
+from app.engine.db import connection_lost
 from app.pipeline import notifications
 from app.pipeline.maintenance import maintenance_stage, start_of_run
 from app.pipeline.outcomes import BatchEndings, Settled, error_text, settle
@@ -117,7 +117,7 @@ class Pipeline:
                 stop_reason = await self._loop(ctx, hard_deadline, idle)
             except Exception as exc:
                 stop_reason, error = "error", error_text(exc)
-                database_lost = isinstance(exc, CONNECTION_ERRORS)
+                database_lost = connection_lost(exc)
                 log.exception("run %s failed", run_id)
         # the finish margin is for this write: half of it for retries, half to spare
         row = await asyncio.shield(record.close(stop_reason, error,

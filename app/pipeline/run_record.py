@@ -17,7 +17,7 @@ import uuid
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, TypeVar
 
-from app.engine.db import CONNECTION_ERRORS
+from app.engine.db import connection_lost
 from app.engine.runs import HEARTBEAT_SECONDS, beat, finish_run, start_run
 from app.pipeline.stage import Tally
 
@@ -45,8 +45,8 @@ async def retrying(call: Callable[[], Awaitable[T]], deadline: float, what: str)
     while True:
         try:  # one attempt always gets through a late start (a run that used its whole limit)
             return await asyncio.wait_for(call(), max(deadline - time.monotonic(), MIN_ATTEMPT_SECONDS))
-        except CONNECTION_ERRORS as exc:
-            if time.monotonic() + pause >= deadline:
+        except Exception as exc:
+            if not connection_lost(exc) or time.monotonic() + pause >= deadline:
                 raise
             log.warning("%s: %s; trying again in %.1f s", what, f"{type(exc).__name__}: {exc}", pause)
             await asyncio.sleep(pause)
@@ -98,7 +98,9 @@ class RunRecord:
                 self.pool, self.run_id, stop_reason=stop_reason, done=t.done, failed=t.failed,
                 deferred=t.deferred, units=t.units, summary=t.summary(), error=error),
                 deadline, "recording the run")
-        except CONNECTION_ERRORS as exc:
+        except Exception as exc:
+            if not connection_lost(exc):
+                raise
             raise RunNotRecorded(
                 f"run {self.run_id} could not be recorded: the database stayed unreachable until its "
                 f"time was up ({type(exc).__name__}); a later run closes its row as abandoned") from exc

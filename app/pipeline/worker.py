@@ -20,7 +20,7 @@ import logging
 
 import asyncpg
 
-from app.engine.db import CONNECTION_ERRORS
+from app.engine.db import connection_lost
 from app.pipeline.loop import Pipeline, RunResult
 from app.pipeline.run_record import RunNotRecorded
 from app.pipeline.stage import Stage
@@ -72,7 +72,9 @@ class Worker:
                     if listener.is_closed():  # the server restarted since
                         listener = await self._listen()
                     result = await self.pipeline.run("worker", idle=self._idle)
-                except (RunNotRecorded, *CONNECTION_ERRORS) as exc:
+                except Exception as exc:
+                    if not (isinstance(exc, RunNotRecorded) or connection_lost(exc)):
+                        raise
                     log.warning("the database is away (%s: %s); trying again in %ss",
                                 type(exc).__name__, exc, self.settings.worker_poll_seconds)
                     await self._idle(self.settings.worker_poll_seconds)
