@@ -45,7 +45,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     ls = jsub.add_parser("ls", help="jobs, newest first, a page at a time")
     ls.add_argument("--status", choices=STATUSES)
     ls.add_argument("--type", help="a stage's type (or maintenance / notify)")
-    ls.add_argument("--lane", type=_uuid("--lane"), help="only jobs of this lane (a campaign id)")
+    ls.add_argument("--lane", type=_uuid("--lane"), help="only jobs of this lane")
     ls.add_argument("--batch", type=_uuid("--batch"), help="only jobs of this batch")
     _page_args(ls)
     ls.set_defaults(run=jobs_ls)

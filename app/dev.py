@@ -118,7 +118,7 @@ async def local_admin_key(pool, data_dir: Path) -> str:
         if key and await accounts.authenticate(pool, key) is not None:
             return key
     async with acting(pool, Actor("system", "make run")) as conn:
-        await accounts.add_user(conn, LOCAL_ADMIN, "pro")
+        await accounts.add_user(conn, LOCAL_ADMIN)
         key = (await accounts.create_key(conn, LOCAL_ADMIN, admin=True)).key
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:

@@ -10,6 +10,7 @@ from app.engine import jobs as q
 from app.engine.jobs import Lease, NewJob
 from app.engine.runs import start_run
 from app.engine.tenancy import Actor, acting
+from app.outreach.store import set_plan
 
 TEST_ACTOR = Actor("system", "tests")
 
@@ -37,7 +38,9 @@ async def campaign(db, owner: uuid.UUID | None = None, status: str = "active", n
 async def api_key(db, email: str, admin: bool = False, plan: str = "free") -> str:
     """A user (created when new) with a fresh API key; returns the key."""
     async with acting(db, TEST_ACTOR) as conn:
-        await accounts.add_user(conn, email, plan)
+        user_id = await accounts.add_user(conn, email)
+        if plan is not None:  # the example's plans: only where its tables are
+            await set_plan(conn, user_id, plan)
         return (await accounts.create_key(conn, email, admin)).key
 
 

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from app.engine import accounts
 from app.engine.db import connect
+from app.engine.tenancy import Actor, act_as
 from app.engine.migrate import chain, migrate
 from app.outreach.plans import OWNERLESS_PLAN, PLANS
 
@@ -96,6 +98,13 @@ async def test_a_queue_without_the_plug_in_has_no_campaign_tables_until_it_names
         await db.execute("INSERT INTO jobs (type, lane) VALUES ('t', $1)", lane)
         assert tuple(await db.fetchrow("SELECT owner_id, priority, paused FROM lanes WHERE id = $1", lane)) \
             == (None, 0, False)
+        # the queue's own accounts need nothing of the example: a user and an admin key
+        # (what `make run` makes first) on a database without its tables
+        async with db.transaction():
+            await act_as(db, Actor("system", "make run"))
+            await accounts.add_user(db, "ops@example.com")
+            key = (await accounts.create_key(db, "ops@example.com", admin=True)).key
+        assert (await accounts.authenticate(db, key)) is not None
         # naming the plug-in later adds its chain only, and ranks the lanes already there
         assert await migrate(db, ["outreach"]) == [v for v, _ in chain(["outreach"]) if v.startswith("outreach/")]
         assert await db.fetchval("SELECT priority FROM lanes WHERE id = $1", lane) == PLANS[OWNERLESS_PLAN].priority

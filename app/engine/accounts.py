@@ -50,19 +50,17 @@ def make_key() -> tuple[str, str]:
     return f"{prefix}_{secrets.token_urlsafe(32)}", prefix
 
 
-async def add_user(conn, email: str, plan: str | None = None) -> uuid.UUID:
-    """Create the user (or find them) and, if given, set their plan (a name a plug-in
-    gives meaning to). Call inside an actor's transaction."""
+async def add_user(conn, email: str) -> uuid.UUID:
+    """Create the user (or find them). Call inside an actor's transaction. (Plans and the
+    like are a plug-in's: the example keeps them in its own subscriptions table.)"""
     row = await conn.fetchrow(query("user_ensure"), email)
-    if plan is not None:
-        await conn.execute(query("subscription_set"), row["id"], plan)
     return row["id"]
 
 
 async def create_key(conn, email: str, admin: bool = False) -> NewKey:
     user = await conn.fetchrow(query("user_by_email"), email)
     if user is None:
-        raise AccountError(f"no user {email}; add one first: python -m app user add {email}")
+        raise AccountError(f"no user {email}; add one first: skiplock user add {email}")
     key, prefix = make_key()
     await conn.fetchrow(query("api_key_insert"), user["id"], prefix, digest(key), admin)
     return NewKey(key, prefix, admin)

@@ -23,7 +23,8 @@ from app.outreach.campaigns import CampaignInputError, add_campaign_in
 from app.outreach.plans import PLANS
 from app.outreach.routes import listed_json
 from app.outreach.settings import outreach_settings
-from app.outreach.store import CAMPAIGN_STATUSES, get_campaign, list_campaigns, list_contacts, set_campaign_status
+from app.outreach.store import (CAMPAIGN_STATUSES, get_campaign, list_campaigns, list_contacts,
+                                 set_campaign_status, set_plan)
 from app.outreach.urls import path_of
 from app.plugin import CommandError
 
@@ -71,7 +72,8 @@ async def plan_set(args, settings, dsn: str) -> str:
     try:
         async with conn.transaction():
             await act_as(conn, CLI_ACTOR)
-            user_id = await accounts.add_user(conn, email, args.plan)
+            user_id = await accounts.add_user(conn, email)
+            await set_plan(conn, user_id, args.plan)
     finally:
         await conn.close()
     return json.dumps({"id": str(user_id), "email": email, "plan": args.plan})

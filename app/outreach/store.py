@@ -42,6 +42,11 @@ async def _insert_or_read(conn, sql: str, *args):
     return await conn.fetchrow(sql, *args) or await conn.fetchrow(sql, *args)
 
 
+async def set_plan(conn, user_id: uuid.UUID, plan: str) -> None:
+    """Put the user on `plan` (a name in PLANS; callers check it)."""
+    await conn.execute(query("subscription_set"), user_id, plan)
+
+
 async def owner_plan(conn, owner_id: uuid.UUID, email: str, plan: str | None) -> str:
     """An existing owner's plan; asking for another raises PlanConflict."""
     current = await conn.fetchval(query("user_plan"), owner_id) or DEFAULT_PLAN

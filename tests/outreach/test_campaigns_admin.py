@@ -20,6 +20,7 @@ from app.outreach.campaigns import add_campaign_in, seed_demo
 from app.outreach.commands import add_commands
 from app.outreach.sample import SAMPLE_SITE_URL
 from app.outreach.settings import using_outreach_settings
+from app.outreach.store import set_plan
 from app.outreach.web import WebClient
 from app.plugin import CommandError
 from tests import factories as f
@@ -78,7 +79,8 @@ async def test_repeats_from_before_keep_their_data_and_the_oldest_is_found(pool)
             await act_as(conn, f.TEST_ACTOR)
             await conn.execute("DROP INDEX campaigns_owner_url_key")
             await conn.execute("ALTER TABLE campaigns DROP COLUMN duplicate")
-            owner = await accounts.add_user(conn, "old@example.com", "free")
+            owner = await accounts.add_user(conn, "old@example.com")
+            await set_plan(conn, owner, "free")
             older, newer, elsewhere = [await conn.fetchval(
                 "INSERT INTO campaigns (user_id, url, created_at) VALUES ($1, $2, now() - $3 * interval '1 day') "
                 "RETURNING id", owner, url, age)

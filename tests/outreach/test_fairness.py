@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta, timezone
 
-from app.engine.queries import query
 from app.engine.tenancy import acting
 from app.outreach.plans import DEFAULT_PLAN, OWNERLESS_PLAN, PLANS
+from app.outreach.store import set_plan
 from app.pipeline.stage import Stage
 from app.outreach import CRAWL_STAGE
 from app.outreach.crawl import discover
@@ -76,7 +76,7 @@ async def test_every_lane_runs_at_its_owners_plan_whoever_changes_it(pool):
     assert await lane_ranks(pool) == expected
 
     async with acting(pool, f.TEST_ACTOR) as conn:  # the app's own queries
-        await conn.execute(query("subscription_set"), owners["free"], "pro")
+        await set_plan(conn, owners["free"], "pro")
         await conn.execute("UPDATE campaigns SET status = 'paused' WHERE id = $1", lanes["pro"])
     expected[lanes["free"]] = (owners["free"], PLANS["pro"].priority, False)
     expected[lanes["pro"]] = (owners["pro"], PLANS["pro"].priority, True)
