@@ -1,4 +1,4 @@
-"""Users, plans and API keys.
+"""Users and API keys.
 
 A key looks like `slk_<8 hex>_<secret>`. Its first part, the prefix, is stored in clear to
 find and recognise it; the whole key only as a SHA-256 digest (keys are long random
