@@ -7,22 +7,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
-from app.devdb import SYSTEM_USER, LocalPostgres, _bin_dir
 from app.engine.db import connect
 from app.engine.jobs import NewJob, enqueue_many
-from app.engine.migrate import migrate
 from app.runtime import Runtime
 from app.settings import load_settings
 from app.pipeline.stage import Stage
+from tests.own_server import migrated_server, pg_ctl
 from tests.pooler.stages import echo
 
 JOBS = 900
@@ -30,27 +26,8 @@ JOBS = 900
 
 @pytest.fixture
 async def own_server():
-    folder = Path(tempfile.mkdtemp(prefix="skiplock-restart-"))
-    server = LocalPostgres(folder, fast=True)
-    port = await asyncio.to_thread(server.start)
-    try:
-        dsn = server.dsn(port)
-        conn = await connect(dsn)
-        try:
-            await migrate(conn, [])  # the queue's chain: no plug-in
-        finally:
-            await conn.close()
+    async with migrated_server("skiplock-restart-", []) as (server, dsn, _):  # the queue's chain: no plug-in
         yield server, dsn
-    finally:
-        await asyncio.to_thread(server.stop)
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def restart(server: LocalPostgres) -> None:
-    as_server = {"user": SYSTEM_USER} if os.geteuid() == 0 else {}
-    subprocess.run([str(_bin_dir() / "pg_ctl"), "-D", str(server.data_dir / "pgdata"), "-l",
-                    str(server.log_path), "-m", "fast", "-w", "restart"],
-                   check=True, capture_output=True, **as_server)
 
 
 async def test_a_restart_under_three_runs_leaves_every_row_closed_and_truthful(own_server):
@@ -71,7 +48,7 @@ async def test_a_restart_under_three_runs_leaves_every_row_closed_and_truthful(o
                 assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
                 await asyncio.sleep(0.05)
             await db.close()
-            await asyncio.to_thread(restart, server)  # every connection is cut, mid-batch
+            await asyncio.to_thread(pg_ctl, server, "-m", "fast", "restart")  # every connection is cut, mid-batch
             outs = [await asyncio.to_thread(p.communicate, timeout=120) for p in procs]
         finally:
             for p in procs:

@@ -9,11 +9,6 @@ The server here is a PostgreSQL of the test's own: the session's is never restar
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import asyncpg
 import httpx
@@ -23,42 +18,23 @@ from serving_kit import make_settings
 from app import Stage
 from app.api import create_app
 from app.api.errors import database_gone
-from app.devdb import SYSTEM_USER, LocalPostgres, _bin_dir
-from app.engine.db import connect, create_pool
-from app.engine.migrate import migrate
+from app.engine.db import create_pool
 from app.plugin import load_plugins
 from app.settings import Settings
 from tests.factories import api_key
-
-
-def pg_ctl(server: LocalPostgres, *args: str) -> None:
-    subprocess.run([str(_bin_dir() / "pg_ctl"), "-D", str(server.data_dir / "pgdata"), "-l",
-                    str(server.log_path), "-w", *args],
-                   check=True, capture_output=True, **({"user": SYSTEM_USER} if os.geteuid() == 0 else {}))
+from tests.own_server import migrated_server, pg_ctl
 
 
 @pytest.fixture
 async def own_server():
-    # Not under tmp_path: as root the server's user must traverse every parent.
-    folder = Path(tempfile.mkdtemp(prefix="skiplock-down-"))
-    server = LocalPostgres(folder, fast=True)
-    port = await asyncio.to_thread(server.start)
-    try:
-        dsn = server.dsn(port)
-        conn = await connect(dsn)
-        try:
-            await migrate(conn, [p.name for p in load_plugins(Settings().pipeline_plugins)])
-        finally:
-            await conn.close()
+    async with migrated_server("skiplock-down-", [p.name for p in load_plugins(Settings().pipeline_plugins)]) \
+            as (server, dsn, port):
         pool = await create_pool(dsn, size=1)
         try:
             key = await api_key(pool, "down@example.com", admin=True, plan="pro")
         finally:
             await pool.close()
         yield server, dsn, key, port
-    finally:
-        await asyncio.to_thread(server.stop)
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 async def _noop(job, ctx) -> None:
