@@ -541,6 +541,7 @@ class Chaos:
         from app.engine.db import connect
         from app.engine.migrate import migrate
         from app.engine.tenancy import Actor, acting
+        from app.outreach.store import set_plan
         from app.plugin import load_plugins
         from app.settings import load_settings
         conn = await connect(self.dsn)
@@ -564,7 +565,7 @@ class Chaos:
         try:
             for email in ("ann@chaos.test", "bob@chaos.test"):
                 async with acting(admin, Actor("system", "chaos")) as conn:
-                    await accounts.add_user(conn, email, "pro")
+                    await set_plan(conn, await accounts.add_user(conn, email), "pro")
                     keys.append((await accounts.create_key(conn, email)).key)
         finally:
             await admin.close()
