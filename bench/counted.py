@@ -37,9 +37,7 @@ def _report() -> None:
 def main() -> int:
     _Transport.write = _counted_write
     if "writelines" in _Transport.__dict__:  # Python 3.12+: its own, not through write()
-        lines = _Transport.writelines
-        _Transport.writelines = lambda self, data: (_counted_write(self, b"".join(data)))
-        del lines
+        _Transport.writelines = lambda self, data: _counted_write(self, b"".join(data))
     atexit.register(_report)
     from app.cli import main as app_main
     return app_main(sys.argv[1:])

@@ -32,8 +32,8 @@ import asyncpg
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, invariant, precondition,
-                                 rule, run_state_machine_as_test)
+from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, invariant, rule,
+                                 run_state_machine_as_test)
 
 from app.engine.db import create_pool
 from app.engine.jobs import claim

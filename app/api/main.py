@@ -63,8 +63,9 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
     # Tenant routes: an API key, and row-level security in a transaction per request.
     # The plug-ins' routes are tenant routes too.
     plugin_routers = [r for p in runtime.plugins for r in p.routers]
-    for router in (jobs.router, runs.router, lanes.router, batches.router, *plugin_routers, audit.router,
-                   events.router, dashboard.router):
+    tenant_routers = [jobs.router, runs.router, lanes.router, batches.router, *plugin_routers, audit.router,
+                      events.router, dashboard.router]
+    for router in tenant_routers:
         app.include_router(router, dependencies=[TENANT])
-    openapi.install(app, runtime)
+    openapi.install(app, runtime, tenant_routers)
     return app

@@ -17,9 +17,9 @@ shares are added here, once, so no route can forget them:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from app.api.deps import JOB_TYPES_MARK, enqueueable_types_of, listed_types_of
@@ -78,11 +78,6 @@ def _add_error(responses: dict[str, Any], status: str, description: str) -> None
             responses[status]["description"] = f"{existing}; {description}" if existing else description
     else:
         responses[status] = {"description": description}
-
-
-# The queue's routes that need an API key and see only the key's tenant (auth.py); the
-# plug-ins' routes are tenant routes too.
-TENANT_PREFIXES = ("/lanes", "/batches", "/jobs", "/runs", "/audit", "/events", "/stats")
 
 
 def _complete_operation(path: str, method: str, op: dict[str, Any], settings: Settings,
@@ -196,7 +191,9 @@ def _declare_payloads(schemas: dict[str, Any], runtime: Runtime) -> None:
         schemas["BatchIn"]["examples"] = [{"jobs": examples}]
 
 
-def build_openapi(app: FastAPI, runtime: Runtime) -> dict[str, Any]:
+def build_openapi(app: FastAPI, runtime: Runtime, tenant_routers: Sequence[APIRouter]) -> dict[str, Any]:
+    """tenant_routers: what main.py mounted behind an API key and row-level security (the
+    same list, so the document cannot drift from what is served)."""
     settings = runtime.settings
     schema = get_openapi(title=app.title, version=app.version, description=app.description,
                          routes=app.routes)
@@ -216,12 +213,12 @@ def build_openapi(app: FastAPI, runtime: Runtime) -> dict[str, Any]:
         "type": "http", "scheme": "bearer",
         "description": "an API key (slk_...): skiplock key create EMAIL; it sees its owner's rows, "
                        "an admin key every tenant's"}
-    plugin_paths = {route.path for p in runtime.plugins for router in p.routers for route in router.routes}
+    tenant_routes = {route.path for router in tenant_routers for route in router.routes}
     for path, item in schema.get("paths", {}).items():
         for method, op in item.items():
             if isinstance(op, dict) and "responses" in op:
                 _complete_operation(path, method, op, settings,
-                                    tenant=path.startswith(TENANT_PREFIXES) or path in plugin_paths)
+                                    tenant=path in tenant_routes)
                 for param in op.get("parameters", []):
                     which = param.get("schema", {}).pop(JOB_TYPES_MARK, None)
                     if which in types and types[which]:
@@ -236,10 +233,10 @@ def build_openapi(app: FastAPI, runtime: Runtime) -> dict[str, Any]:
     return schema
 
 
-def install(app: FastAPI, runtime: Runtime) -> None:
+def install(app: FastAPI, runtime: Runtime, tenant_routers: Sequence[APIRouter]) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = build_openapi(app, runtime)
+            app.openapi_schema = build_openapi(app, runtime, tenant_routers)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

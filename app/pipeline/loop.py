@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
-from app.engine import jobs as q
 from app.engine.jobs import Job
+from app.engine.one_connection import OneConnection
 from app.engine.db import connection_lost
 from app.pipeline import notifications
 from app.pipeline.maintenance import maintenance_stage, start_of_run
@@ -135,7 +135,7 @@ class Pipeline:
         # One connection for all the run's claims and endings, acquired once: a pool
         # acquire and reset around every statement cost a round trip each.
         async with self.pool.acquire() as conn:
-            return await self._drain(conn, ctx, hard_deadline, idle)
+            return await self._drain(OneConnection(conn), ctx, hard_deadline, idle)
 
     async def _drain(self, conn, ctx: Context, hard_deadline: float, idle: IdleWait | None) -> str:
         """The hot loop, one round trip per batch: while batch k runs, one statement writes

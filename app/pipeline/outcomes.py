@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import AsyncIterator, Iterable
+from typing import Iterable
 
 import asyncpg
 
@@ -90,7 +89,8 @@ async def settle(db, stage: Stage, endings: BatchEndings, ctx: Context, *,
     is rolled back and noted in the run's errors: the job stays held until its lease
     expires, and then the stuck sweep gives it up.
 
-    db: the pool, or the one connection the loop holds for its claims and endings."""
+    db: the pool, or the one connection the loop holds for its claims and endings
+    (shaped like a pool: app/engine/one_connection.py)."""
     out = Settled()
     if endings.done or endings.deferred or claim is not None:
         lease = (claim or stage).lease_terms
@@ -112,22 +112,11 @@ async def settle(db, stage: Stage, endings: BatchEndings, ctx: Context, *,
     return out
 
 
-@asynccontextmanager
-async def _transaction(db) -> AsyncIterator[asyncpg.Connection]:
-    """A transaction on a connection of the pool, or on the connection given."""
-    if isinstance(db, asyncpg.Pool):
-        async with db.acquire() as conn, conn.transaction():
-            yield conn
-    else:
-        async with db.transaction():
-            yield db
-
-
 async def fail(db, stage: Stage, job: Job, error: str, ctx: Context, *,
                for_good: bool = False) -> bool | None:
     """One failed attempt: back to pending after a backoff while attempts are left, else
     (or for_good) given up. Returns whether it gave up; None when the run no longer held it."""
-    async with _transaction(db) as conn:
+    async with db.acquire() as conn, conn.transaction():
         # max attempts 0: the attempt just made is the last, whatever the stage allows
         row = await q.fail(conn, ctx.run_id, job.id, error, 0 if for_good else stage.max_attempts)
         if row is None:
