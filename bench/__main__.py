@@ -112,7 +112,7 @@ async def main(args) -> dict:
             out["overlap"] = await _guard(drain.overlap_check(server, log=_log), server.meter)
         if args.only in (None, "events"):  # issue 13: live events cost at most 5% of the drain
             out["events"] = await _guard(events.run(server, n=args.n, workers=args.workers, batch=25,
-                                                    repeats=max(args.repeats, 5), cap=240, log=_log), server.meter)
+                                                    repeats=max(args.repeats, 9), cap=300, log=_log), server.meter)
         if args.only in (None, "invocations"):
             _log(f"\n[1d] `python -m app run-once` as separate processes: one, then 1 / 2 / 4 / 8 at "
                  f"once, {args.n:,} no-op jobs, batch 50, concurrency 10")

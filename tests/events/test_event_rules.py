@@ -8,6 +8,7 @@ from __future__ import annotations
 from app.engine import events as store
 from app.engine.tenancy import tenant_transaction
 from app.engine.accounts import authenticate
+from app.engine.db import create_pool
 from app.pipeline.loop import Pipeline
 from tests.api.serving_kit import assert_error, make_settings
 from tests.events.conftest import STAGES, person_enqueues
@@ -105,3 +106,34 @@ async def test_what_people_and_the_pipeline_emit(pool, dsn, client, tenants):
     for room in (f"lane:{a.lane}", f"account:{a.user_id}", "system"):
         last = await pool.fetchrow("SELECT type, data FROM events WHERE room = $1 ORDER BY seq DESC LIMIT 1", room)
         assert last["type"] == "jobs.retried" and last["data"]["ids"] == [str(failed_id)]
+
+
+async def test_a_database_can_turn_events_off(pool, dsn, tenants):
+    """skiplock.events = off for the database: new sessions write no event, through the
+    pipeline, a person or a run, and the queue works as before; back on, rooms go on
+    numbering where they stopped."""
+    a, b, admin = tenants
+    await person_enqueues(pool, a.lane, 2)
+    room = f"lane:{a.lane}"
+    name = await pool.fetchval("SELECT current_database()")
+    await pool.execute(f"ALTER DATABASE {name} SET skiplock.events = off")
+    off = await create_pool(dsn, size=4)
+    try:
+        assert await off.fetchval("SELECT events_on()") is False
+        before = await pool.fetchval("SELECT count(*) FROM events")
+        await person_enqueues(off, a.lane, 3)
+        await off.executemany("INSERT INTO jobs (type, lane) VALUES ($1, $2)", [("record", a.lane)] * 4)
+        run = await Pipeline(off, STAGES, make_settings(dsn)).run(trigger="test")
+        assert run.jobs_done == 9 and run.stop_reason == "no_work"
+        assert await pool.fetchval("SELECT count(*) FROM events") == before
+        # the counters did not notice: nothing pending, each lane served what it ran
+        assert await pool.fetchval("SELECT coalesce(sum(pending), 0) FROM job_lanes") == 0
+    finally:
+        await pool.execute(f"ALTER DATABASE {name} RESET skiplock.events")
+        await off.close()
+    back = await create_pool(dsn, size=2)
+    try:
+        await person_enqueues(back, a.lane, 1)
+        assert await pool.fetchval("SELECT max(seq) FROM events WHERE room = $1", room) == 3
+    finally:
+        await back.close()
