@@ -47,7 +47,9 @@ class Plugin:
 
     name:        a plain word; names its SQL folder (sql/<name>/) and its migration versions.
     stages:      its stages, earliest first; they run before PIPELINE_STAGES's.
-    routers:     FastAPI routers, mounted as tenant routes (an API key, row-level security).
+    routers:     FastAPI routers, mounted as tenant routes (an API key, row-level security);
+                 or a function returning them, called only when the web app is built, so
+                 the scheduled Lambda path and the CLI load the plug-in without FastAPI.
     commands:    called with the CLI's subparsers; each parser it adds sets
                  `handler=<CommandHandler>` with set_defaults.
     dev_settings: `make run` calls it with the settings before building the app; it
@@ -61,7 +63,7 @@ class Plugin:
     """
     name: str
     stages: Sequence[Stage] = ()
-    routers: Sequence[Any] = ()
+    routers: Sequence[Any] | Callable[[], Sequence[Any]] = ()
     commands: Callable[[Any], None] | None = None
     dev_settings: Callable[[Any], dict[str, Any]] | None = None
     dev_setup: Callable[[Any, Any, Any], Awaitable[Any]] | None = None
@@ -72,7 +74,12 @@ class Plugin:
         if not self.name.isidentifier():
             raise ValueError(f"plug-in name {self.name!r} must be a plain word")
         object.__setattr__(self, "stages", tuple(self.stages))
-        object.__setattr__(self, "routers", tuple(self.routers))
+        if not callable(self.routers):
+            object.__setattr__(self, "routers", tuple(self.routers))
+
+    def tenant_routers(self) -> tuple[Any, ...]:
+        """Its routers (built now, if it brings them as a function)."""
+        return tuple(self.routers() if callable(self.routers) else self.routers)
 
 
 class CommandError(Exception):

@@ -62,7 +62,7 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
     app.include_router(dashboard.page_router)  # the page and its assets; the key is entered on it
     # Tenant routes: an API key, and row-level security in a transaction per request.
     # The plug-ins' routes are tenant routes too.
-    plugin_routers = [r for p in runtime.plugins for r in p.routers]
+    plugin_routers = [r for p in runtime.plugins for r in p.tenant_routers()]
     tenant_routers = [jobs.router, runs.router, lanes.router, batches.router, *plugin_routers, audit.router,
                       events.router, dashboard.router]
     for router in tenant_routers:

@@ -19,9 +19,9 @@ import uuid
 from app.engine import accounts
 from app.engine.db import connect
 from app.engine.tenancy import Actor, act_as
+from app.outreach.campaign_json import listed_json
 from app.outreach.campaigns import CampaignInputError, add_campaign_in
 from app.outreach.plans import PLANS
-from app.outreach.routes import listed_json
 from app.outreach.settings import outreach_settings
 from app.outreach.store import (CAMPAIGN_STATUSES, get_campaign, list_campaigns, list_contacts,
                                  set_campaign_status, set_plan)

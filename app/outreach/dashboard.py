@@ -1,4 +1,5 @@
-"""The example's part of the dashboard (the Plugin's `dashboard` hook) and GET /plans.
+"""The example's part of the dashboard (the Plugin's `dashboard` hook) and the plans'
+JSON that GET /plans answers (app/outreach/plans_route.py).
 
 Both render from PLANS, the object the claim's priority comes from, so the plan table a
 person reads and the order the queue serves are one and the same. The shared quota is
@@ -9,16 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
-
-from app.api.params import only_params
 from app.outreach import quota
 from app.outreach.plans import DEFAULT_PLAN, PLANS, Plan
 from app.outreach.settings import outreach_settings
 from app.outreach.sql import query
-
-router = APIRouter(tags=["campaigns"])
 
 ACCOUNTS_SHOWN = 50
 
@@ -42,18 +37,8 @@ def plan_json(plan: Plan, daily_units: int) -> dict[str, Any]:
             "quotaShareUnits": plan.quota_share(daily_units)}
 
 
-def _plans_by_priority() -> list[Plan]:
+def plans_by_priority() -> list[Plan]:
     return sorted(PLANS.values(), key=lambda p: p.priority, reverse=True)
-
-
-@router.get("/plans", summary="The plans: queue order, allowances and quota shares")
-async def list_plans(request: Request) -> JSONResponse:
-    """Every plan, first in line first: its queue row ("First in line", "Ahead of Free"),
-    the priority the claim ranks its lanes by, its daily allowances and its share of the
-    shared quota (in percent and in today's units)."""
-    only_params()(request)
-    units = outreach_settings().quota_daily_units
-    return JSONResponse({"data": [plan_json(p, units) for p in _plans_by_priority()]})
 
 
 async def dashboard_panels(db, owner_pool, actor, settings) -> list[dict[str, Any]]:
@@ -81,6 +66,6 @@ async def dashboard_panels(db, owner_pool, actor, settings) -> list[dict[str, An
         "note": "The queue serves higher plans first when there is a backlog (the same PLANS as GET /plans).",
         "columns": ["Plan", "Queue", "Priority", "Pages a day", "Drafts a day", "Campaigns", "Quota share"],
         "rows": [[p.label, queue_row(p), p.priority, p.daily_pages, p.daily_credits, p.max_campaigns,
-                  f"{p.quota_share_percent} %"] for p in _plans_by_priority()],
+                  f"{p.quota_share_percent} %"] for p in plans_by_priority()],
     })
     return panels

@@ -25,6 +25,7 @@ from app.outreach.plans import PLANS
 from app.outreach.settings import outreach_settings
 from app.outreach.brief import BRIEF
 from app.outreach.payloads import MAX_URL_LENGTH, URL_PATTERN, address_problem, url_shape_problem
+from app.outreach.campaign_json import iso, listed_json
 from app.outreach.campaigns import CampaignInputError, CampaignLimitError, PlanConflictError, add_campaign
 
 router = APIRouter(tags=["campaigns"])
@@ -148,10 +149,6 @@ class ContactPage(BaseModel):
     nextCursor: str | None = Field(description="pass as ?cursor= for the next (older) page; null on the last")
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
 async def _campaign_json(pool, campaign_id: uuid.UUID) -> dict[str, Any]:
     row = await store.get_campaign(pool, campaign_id)
     if row is None:
@@ -162,7 +159,7 @@ async def _campaign_json(pool, campaign_id: uuid.UUID) -> dict[str, Any]:
     if row["brief_updated_at"] is not None:
         brief = {"title": row["brief_title"], "description": row["brief_description"],
                  "keywords": row["brief_keywords"], "language": row["brief_language"],
-                 "note": row["brief_note"], "updatedAt": _iso(row["brief_updated_at"])}
+                 "note": row["brief_note"], "updatedAt": iso(row["brief_updated_at"])}
     return {
         **listed_json(row),
         "brief": brief,
@@ -172,21 +169,11 @@ async def _campaign_json(pool, campaign_id: uuid.UUID) -> dict[str, Any]:
     }
 
 
-def listed_json(row) -> dict[str, Any]:
-    """A campaign as GET /campaigns lists it (and the start of its full JSON)."""
-    return {
-        "id": str(row["id"]), "name": row["name"], "url": row["url"], "status": row["status"],
-        "owner": row["owner"], "plan": row["plan"], "createdAt": _iso(row["created_at"]),
-        "counts": {"pagesFound": row["pages_found"], "pagesFetched": row["pages_fetched"],
-                   "pagesQueued": row["pages_queued"], "contacts": row["contacts"], "drafts": row["drafts"]},
-    }
-
-
 def _contact_json(r) -> dict[str, Any]:
     return {
         "id": str(r["id"]), "kind": r["kind"], "value": r["value"], "handle": r["handle"],
-        "pageUrl": r["page_url"], "createdAt": _iso(r["created_at"]),
-        "draft": ({"body": r["draft"], "model": r["draft_model"], "createdAt": _iso(r["drafted_at"])}
+        "pageUrl": r["page_url"], "createdAt": iso(r["created_at"]),
+        "draft": ({"body": r["draft"], "model": r["draft_model"], "createdAt": iso(r["drafted_at"])}
                   if r["draft_id"] else None),
     }
 

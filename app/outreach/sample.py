@@ -22,13 +22,10 @@ import logging
 import uuid
 from pathlib import Path
 
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import PlainTextResponse
-from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
-
 from app.outreach.settings import outreach_settings
+
+# Starlette is imported by the functions that serve the site: the crawler only needs the
+# alias (sample_site_aliases), and the scheduled Lambda path loads no web stack.
 
 SITE_DIR = Path(__file__).resolve().parent / "sample_site"
 SAMPLE_PATH = "/sample"
@@ -50,15 +47,23 @@ def robots_txt(prefix: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def _robots_route(prefix: str) -> Route:
+def _robots_route(prefix: str):
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
     text = robots_txt(prefix)
 
-    async def robots(request: Request) -> PlainTextResponse:
+    async def robots(request) -> PlainTextResponse:
         return PlainTextResponse(text)
     return Route("/robots.txt", robots, include_in_schema=False)
 
 
-def sample_site_app() -> Starlette:
+def sample_site_app():
+    """An ASGI app (Starlette) serving the site at its root."""
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+    from starlette.staticfiles import StaticFiles
+
     return Starlette(routes=[_robots_route(""),
                              Mount("/", app=StaticFiles(directory=SITE_DIR, html=True))])
 
@@ -66,6 +71,8 @@ def sample_site_app() -> Starlette:
 def mount_sample_site(app, path: str = "/sample") -> None:
     """Serve the sample site at `path` of `app` (a Starlette or FastAPI app), and its
     robots.txt rules at the app's /robots.txt, where crawlers look for them."""
+    from starlette.staticfiles import StaticFiles
+
     app.mount(path.rstrip("/"), StaticFiles(directory=SITE_DIR, html=True), name="sample_site")
     app.router.routes.append(_robots_route(path))
 

@@ -22,9 +22,6 @@ from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-import httpx
-
-from app.egress import EgressRefused, guarded_client, parse_allow_list
 from app.engine.jobs import Job, NewJob, enqueue
 from app.engine.queries import query
 from app.pipeline.stage import Context, DeferJob, FailJob, Stage
@@ -85,6 +82,11 @@ async def deliver(job: Job, ctx: Context) -> None:
                "x-skiplock-event": job.payload["event"], "x-skiplock-timestamp": timestamp}
     if secret is not None:
         headers["x-skiplock-signature"] = sign(secret.get_secret_value(), timestamp, body)
+    # the web client comes with the first webhook, not with every cold start
+    import httpx
+
+    from app.egress import EgressRefused, guarded_client, parse_allow_list
+
     allow = parse_allow_list(ctx.settings.fetch_allow_private)
     try:
         async with guarded_client(allow, timeout=10.0, follow_redirects=False) as client:

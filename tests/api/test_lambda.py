@@ -10,6 +10,9 @@ import asyncio
 import copy
 import json
 import logging
+import os
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -177,3 +180,35 @@ async def test_the_module_level_handler_keeps_its_app_between_invocations(monkey
             instance.loop.close()
         root.handlers[:], level = saved
         root.setLevel(level)
+
+
+# A fresh interpreter, the default deployment (the example plug-in): the handler's module
+# imported and a scheduled event handled, then which web modules got loaded.
+_SCHEDULED_COLD = """
+import json, sys, time
+import app.lambda_handler as h
+
+class Context:
+    aws_request_id = "cold"
+    def get_remaining_time_in_millis(self):
+        return 300_000
+
+body = h.handler(json.loads(sys.argv[1]), Context())
+print(json.dumps({"trigger": body["trigger"], "stopReason": body["stopReason"],
+                  "web": sorted(m for m in ("fastapi", "starlette", "mangum", "app.api", "app.outreach.routes")
+                                if m in sys.modules)}))
+"""
+
+
+def test_a_scheduled_invocation_loads_no_web_stack(dsn):
+    """The schedule runs the example's stages without FastAPI, Starlette or Mangum: the
+    plug-in's routes and sample site are imported only when an HTTP event builds the app."""
+    env = {**os.environ, "DATABASE_URL": dsn, "PIPELINE_BUDGET_SECONDS": "5", "PIPELINE_PLUGINS":
+           "app.outreach.plugin:PLUGIN"}
+    done = subprocess.run([sys.executable, "-c", _SCHEDULED_COLD, json.dumps(event("scheduled"))],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["trigger"] == "cron" and out["stopReason"] == "no_work"
+    assert out["web"] == []
