@@ -1,4 +1,4 @@
--- Live events at a price the hot path can pay (docs/performance.md#live-events).
+-- Live events with less around them on the hot path (docs/performance.md#live-events).
 --
 -- Before this, every statement that changed jobs ran two statement triggers over its
 -- rows: the lane counters', then the events' (pairing old and new rows again to count
