@@ -35,6 +35,11 @@ class Settings(BaseSettings):
     finish_margin_seconds: float = Field(
         10.0, ge=0, description="kept free before the platform limit for recording the run")
     db_pool_size: int = Field(10, ge=1, le=200, description="asyncpg connections per process")
+    pipeline_claim_streams: int = Field(
+        2, ge=1, le=2,
+        description="statements a run keeps in flight while it drains a backlog: 2 writes one batch's endings "
+                    "and claims ahead on a second, pooled connection while the first is busy (still one batch's "
+                    "handlers at a time); 1: one connection, one statement at a time")
 
     # Maintenance, notifications and the long-running worker.
     run_scheduler: bool = Field(

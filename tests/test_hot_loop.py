@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timezone
 
+import pytest
+
 from app.engine import jobs as q
+from app.engine.db import create_pool
 from app.pipeline.loop import Pipeline
 from app.pipeline.stage import Stage, StopRun
 from app.settings import load_settings
@@ -38,25 +41,63 @@ async def test_one_statement_writes_endings_and_claims_the_next_batch(pool):
     assert (nothing.done, nothing.handed_back, nothing.claimed) == (3, 0, [])
 
 
-async def test_a_prefetched_batch_the_run_stops_before_is_handed_back(pool):
+@pytest.mark.parametrize("streams", [1, 2])
+async def test_a_prefetched_batch_the_run_stops_before_is_handed_back(pool, streams):
     ids = await f.jobs(pool, "t", 30)
     started = []
 
     async def quota_out(job, ctx):
         started.append(job.id)
-        await asyncio.sleep(0.05)  # long enough for the next batch's claim to land
+        await asyncio.sleep(0.2)  # long enough for the claims ahead to land
         raise StopRun("quota_exhausted")
 
     stage = Stage(type="t", handler=quota_out, batch=10, concurrency=1)
-    settings = load_settings(database_url="postgresql://unused")
+    settings = load_settings(database_url="postgresql://unused", pipeline_claim_streams=streams)
     result = await Pipeline(pool, [stage], settings).run("manual")
 
+    # one handler ran: the stop reached the other stream before its batch could start
     assert result.stop_reason == "quota_exhausted" and len(started) == 1
     rows = {r["id"]: r for r in await pool.fetch("SELECT * FROM jobs WHERE type = 't'")}
     assert {r["status"] for r in rows.values()} == {"pending"}
     assert {r["attempts"] for r in rows.values()} == {0}  # every attempt handed back
-    # the first batch (10) and the one claimed while it ran (10) were this run's
-    assert sum(1 for i in ids if rows[i]["run_id"] == result.run_id) == 20
-    assert result.jobs_deferred == 20 and result.jobs_done == 0
+    # the first batch (10) and the one claimed while it ran (10) were this run's; with two
+    # streams, also the second stream's first batch (the first was full: a backlog)
+    assert sum(1 for i in ids if rows[i]["run_id"] == result.run_id) == 10 + 10 * streams
+    assert result.jobs_deferred == 10 + 10 * streams and result.jobs_done == 0
     [(pending, served)] = (await f.lane_counts(pool, "t")).values()
     assert (pending, served) == (30, 0)
+
+
+async def test_two_claim_streams_drain_a_backlog_once_on_two_connections(dsn):
+    """With a backlog the second stream claims beside the first: every job runs once,
+    handlers stay within the stage's concurrency (one batch at a time across streams),
+    and the run keeps to two connections. One stream alone takes no second batch."""
+    for streams in (2, 1):
+        pool = await create_pool(dsn, size=10)
+        try:
+            await pool.execute("DELETE FROM jobs WHERE type = 'two'")
+            ids = await f.jobs(pool, "two", 300)
+            seen: list = []
+            running = [0, 0]  # now, most at once
+
+            async def work(job, ctx):
+                running[0] += 1
+                running[1] = max(running[1], running[0])
+                seen.append(job.id)
+                await asyncio.sleep(0.001)
+                running[0] -= 1
+
+            stage = Stage(type="two", handler=work, batch=10, concurrency=5)
+            settings = load_settings(database_url="postgresql://unused", pipeline_claim_streams=streams)
+            result = await Pipeline(pool, [stage], settings).run("manual")
+
+            assert result.stop_reason == "no_work" and result.jobs_done == 300
+            assert sorted(seen) == sorted(ids)  # each once
+            rows = await pool.fetch("SELECT status, attempts FROM jobs WHERE type = 'two'")
+            assert {(r["status"], r["attempts"]) for r in rows} == {("done", 1)}
+            assert running[1] <= 5
+            assert pool.get_size() <= 2
+            second = result.summary.get("secondStreamBatches", 0)
+            assert (second > 0) if streams == 2 else (second == 0), result.summary
+        finally:
+            await pool.close()

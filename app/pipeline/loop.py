@@ -75,6 +75,10 @@ class Pipeline:
         self._budget_deadline = 0.0
         self._timeouts: set[asyncio.Timeout] = set()
         self._quiet_until: dict[str, float] = {}
+        # one batch's handlers at a time, however many claim streams (a stage's
+        # concurrency is the run's, not a stream's)
+        self._handlers = asyncio.Lock()
+        self._backlog: asyncio.Event | None = None
 
     def stop(self, grace: float) -> None:
         """Stop claiming now; in-flight handlers get `grace` seconds, then are deferred."""
@@ -135,9 +139,77 @@ class Pipeline:
         # One connection for all the run's claims and endings, acquired once: a pool
         # acquire and reset around every statement cost a round trip each.
         async with self.pool.acquire() as conn:
-            return await self._drain(OneConnection(conn), ctx, hard_deadline, idle)
+            first = OneConnection(conn)
+            if self.settings.pipeline_claim_streams < 2 or idle is not None:
+                return await self._drain(first, ctx, hard_deadline, idle)
+            return await self._two_streams(first, ctx, hard_deadline)
 
-    async def _drain(self, conn, ctx: Context, hard_deadline: float, idle: IdleWait | None) -> str:
+    async def _two_streams(self, first, ctx: Context, hard_deadline: float) -> str:
+        """The hot loop, with a second claim in flight while the first is on the server.
+
+        The first stream runs on the run's connection as always. A second one starts when
+        the first claims a full batch of the first user stage (a backlog there) and claims
+        that stage only, only while the first stream could prefetch it too (the stages
+        ahead of it are the pipeline's own, found empty a moment ago), so earlier stages
+        still win every batch. It goes through the pool a statement at a time, so the runs
+        row and its heartbeat share its connection and a run keeps to two. It ends when
+        it finds no such batch, and starts again on the next backlog. Handlers run one
+        batch at a time across both. When a stream stops for any reason but no work (the
+        budget, a stop, an error), the other stops claiming too, hands back what it
+        prefetched, and is waited for."""
+        self._backlog = asyncio.Event()
+        one = asyncio.ensure_future(self._drain(first, ctx, hard_deadline, None))
+        ended: list[asyncio.Future] = []
+        try:
+            while not one.done():
+                backlog = asyncio.ensure_future(self._backlog.wait())
+                await asyncio.wait({one, backlog}, return_when=asyncio.FIRST_COMPLETED)
+                backlog.cancel()
+                if one.done():
+                    break
+                self._backlog.clear()
+                two = asyncio.ensure_future(self._drain(self.pool, ctx, hard_deadline, None,
+                                                        only=self._first_user_stage()))
+                ended.append(two)
+                await asyncio.wait({one, two}, return_when=asyncio.FIRST_COMPLETED)
+                if not one.done() and self._found_no_work(two):
+                    continue  # the first goes on; a later backlog starts another
+                if not self._found_no_work(one) or not self._found_no_work(two):
+                    # a stream stopped the run: the other stops claiming
+                    self._budget_deadline = min(self._budget_deadline, time.monotonic())
+                await asyncio.wait({one, two})
+        except BaseException:  # the run itself cancelled: its streams go with it
+            for stream in (one, *ended):
+                stream.cancel()
+            raise
+        finally:
+            self._backlog = None
+        return self._run_stop_reason([one, *ended])
+
+    @staticmethod
+    def _found_no_work(stream: asyncio.Future) -> bool:
+        """Still running, or ended finding no work."""
+        return not stream.done() or (stream.exception() is None and stream.result() == "no_work")
+
+    @staticmethod
+    def _run_stop_reason(streams: list[asyncio.Future]) -> str:
+        """The run's reason from its streams': an error first, then a stop other than the
+        budget's, then the budget, else no work."""
+        errors = [task.exception() for task in streams]  # each one retrieved, none left to log
+        for error in errors:
+            if error is not None:
+                raise error
+        reasons = [task.result() for task in streams]
+        for reason in reasons:
+            if reason not in ("no_work", "time_budget"):
+                return reason
+        return "time_budget" if "time_budget" in reasons else "no_work"
+
+    def _first_user_stage(self) -> Stage | None:
+        return next((s for s in self.stages if s.type not in self._rarely_busy), None)
+
+    async def _drain(self, conn, ctx: Context, hard_deadline: float, idle: IdleWait | None,
+                     only: Stage | None = None) -> str:
         """The hot loop, one round trip per batch: while batch k runs, one statement writes
         batch k-1's endings and claims batch k+1 of the same stage (the prefetch), when
         nothing ahead of that stage is due for a look. A batch with failures is settled
@@ -149,7 +221,7 @@ class Pipeline:
                 if self._stopping or time.monotonic() >= self._budget_deadline:
                     await self._hand_back(conn, ctx, written, None)
                     return "time_budget"
-                batch, written = await self._claim_first(conn, ctx, written), None
+                batch, written = await self._claim_first(conn, ctx, written, only), None
                 if batch is None:
                     if idle is None or self._stopping:
                         return "time_budget" if self._stopping else "no_work"
@@ -158,6 +230,11 @@ class Pipeline:
                         await idle(wait)
                     continue
             stage, jobs = batch
+            if only is not None:
+                ctx.tally.second_stream_batches += 1
+            if (self._backlog is not None and only is None and len(jobs) >= stage.batch
+                    and stage is self._first_user_stage()):
+                self._backlog.set()
             if self._stopping or time.monotonic() >= self._budget_deadline:
                 await self._hand_back(conn, ctx, written, batch)
                 return "time_budget"
@@ -216,10 +293,19 @@ class Pipeline:
                 written[1].defer_now(job)
         await self._settle(conn, written, ctx)
 
-    async def _claim_first(self, conn, ctx: Context, written: Ended | None) -> Batch | None:
+    async def _claim_first(self, conn, ctx: Context, written: Ended | None,
+                           only: Stage | None = None) -> Batch | None:
         """A batch from the first stage with work (earlier stages win), the endings still
         to write going with the first claim. Stages skipped for having been empty a
-        moment ago are looked at again before saying there is no work."""
+        moment ago are looked at again before saying there is no work. `only` (the second
+        stream): that stage, and only while the stages ahead of it are quiet."""
+        if only is not None:
+            claimed = []
+            if self._may_prefetch(only):
+                claimed, written = (await self._settle(conn, written, ctx, claim=only)).claimed, None
+            if written is not None:
+                await self._settle(conn, written, ctx)
+            return (only, claimed) if claimed else None
         for recheck in (False, True):
             skipped = False
             for stage in self.stages:
@@ -242,6 +328,14 @@ class Pipeline:
     async def _run_batch(self, stage: Stage, jobs: list[Job], ctx: Context,
                          hard_deadline: float) -> BatchEndings:
         out = BatchEndings()
+        async with self._handlers:
+            await self._run_handlers(stage, jobs, ctx, out, hard_deadline)
+            if out.stop_reason:  # the run stops claiming now, the other stream included
+                self._budget_deadline = min(self._budget_deadline, time.monotonic())
+        return out
+
+    async def _run_handlers(self, stage: Stage, jobs: list[Job], ctx: Context, out: BatchEndings,
+                            hard_deadline: float) -> None:
         if stage.batch_handler is not None:
             await self._call_batch(stage, jobs, ctx, out, hard_deadline)
         elif stage.concurrency == 1 or len(jobs) == 1:
@@ -255,7 +349,6 @@ class Pipeline:
                 for job in queue:
                     await self._call_one(stage, job, ctx, out, hard_deadline)
             await asyncio.gather(*(runner() for _ in range(min(stage.concurrency, len(jobs)))))
-        return out
 
     async def _guarded(self, limit: float, call: Awaitable[Any]) -> Any:
         """Await a handler under its time limit; stop() can shorten the limit."""

@@ -119,6 +119,7 @@ class Tally:
     deferred: int = 0
     gave_up: int = 0
     lost: int = 0  # outcomes dropped because another run had reclaimed the job
+    second_stream_batches: int = 0  # batches the run's second claim stream took (loop.py)
     units: int = 0
     counts: dict[str, int] = field(default_factory=dict)
     stages: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -136,6 +137,8 @@ class Tally:
             out["gaveUp"] = self.gave_up
         if self.lost:
             out["lost"] = self.lost
+        if self.second_stream_batches:
+            out["secondStreamBatches"] = self.second_stream_batches
         if self.errors:
             out["errors"] = self.errors[-10:]
         return out

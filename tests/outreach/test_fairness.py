@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from app.engine.tenancy import acting
 from app.outreach.plans import DEFAULT_PLAN, OWNERLESS_PLAN, PLANS
 from app.outreach.store import set_plan
@@ -17,7 +19,8 @@ from tests.outreach.conftest import campaign, run
 PAGES = 3
 
 
-async def test_pro_campaigns_go_first_and_take_turns_free_waits(pool, site):
+@pytest.mark.parametrize("streams", [1, 2])
+async def test_pro_campaigns_go_first_and_take_turns_free_waits(pool, site, streams):
     tags = {}
     for tag, plan in (("free", "free"), ("proA", "pro"), ("proB", "pro")):
         cid = await campaign(pool, site.url + "/", plan=plan, owner=f"{tag}@example.com")
@@ -35,11 +38,22 @@ async def test_pro_campaigns_go_first_and_take_turns_free_waits(pool, site):
         await pool.execute("UPDATE jobs SET created_at = $2 WHERE id = $1", job["id"],
                            start + timedelta(milliseconds=n))
     one_at_a_time = [Stage(type="crawl", handler=CRAWL_STAGE.handler, batch=1)]
-    result = await run(pool, stages=one_at_a_time)
+    result = await run(pool, stages=one_at_a_time, pipeline_claim_streams=streams)
     assert result.jobs_done == 3 * PAGES
-    order = [h.split("/")[2] for h in site.rec.hits if h.startswith("/fair/")]
-    assert order[:2 * PAGES] in (["proA", "proB"] * PAGES, ["proB", "proA"] * PAGES)
-    assert order[2 * PAGES:] == ["free"] * PAGES
+    if streams == 1:  # one claim at a time: the exact order
+        order = [h.split("/")[2] for h in site.rec.hits if h.startswith("/fair/")]
+        assert order[:2 * PAGES] in (["proA", "proB"] * PAGES, ["proB", "proA"] * PAGES)
+        assert order[2 * PAGES:] == ["free"] * PAGES
+        return
+    # Two claims in flight at once, as with two overlapping runs: the order of the claims
+    # (each job's locked_at) puts every pro page before every free one, and the two pro
+    # campaigns stay within two pages of each other all along.
+    claimed = [j["payload"]["url"].split("/")[-2] for j in await pool.fetch(
+        "SELECT payload FROM jobs WHERE type = 'crawl' ORDER BY locked_at, id")]
+    assert sorted(claimed[:2 * PAGES]) == ["proA"] * PAGES + ["proB"] * PAGES
+    assert claimed[2 * PAGES:] == ["free"] * PAGES
+    for k in range(1, 2 * PAGES + 1):
+        assert abs(claimed[:k].count("proA") - claimed[:k].count("proB")) <= 2, claimed
 
 
 async def test_plan_priorities_in_sql_are_the_plans(pool):
