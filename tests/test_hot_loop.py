@@ -43,6 +43,7 @@ async def test_one_statement_writes_endings_and_claims_the_next_batch(pool):
 
 @pytest.mark.parametrize("streams", [1, 2])
 async def test_a_prefetched_batch_the_run_stops_before_is_handed_back(pool, streams):
+    await pool.execute("UPDATE runs SET finished_at = now() WHERE finished_at IS NULL")  # alone
     ids = await f.jobs(pool, "t", 30)
     started = []
 
@@ -76,6 +77,7 @@ async def test_two_claim_streams_drain_a_backlog_once_on_two_connections(dsn):
         pool = await create_pool(dsn, size=10)
         try:
             await pool.execute("DELETE FROM jobs WHERE type = 'two'")
+            await pool.execute("UPDATE runs SET finished_at = now() WHERE finished_at IS NULL")  # alone
             ids = await f.jobs(pool, "two", 300)
             seen: list = []
             running = [0, 0]  # now, most at once
@@ -101,3 +103,20 @@ async def test_two_claim_streams_drain_a_backlog_once_on_two_connections(dsn):
             assert (second > 0) if streams == 2 else (second == 0), result.summary
         finally:
             await pool.close()
+
+
+async def test_a_run_that_is_not_alone_keeps_to_one_stream(pool):
+    """Another run open and beating: no second stream (overlapping runs already keep the
+    server busy); the same backlog alone gets one."""
+    await pool.execute("UPDATE runs SET finished_at = now() WHERE finished_at IS NULL")
+    stage = Stage(type="busy", handler=lambda job, ctx: asyncio.sleep(0), batch=10, concurrency=5)
+    settings = load_settings(database_url="postgresql://unused", pipeline_claim_streams=2)
+    for other_open in (True, False):
+        await f.jobs(pool, "busy", 200)
+        other = await f.run(pool) if other_open else None
+        result = await Pipeline(pool, [stage], settings).run("manual")
+        assert result.jobs_done == 200
+        second = result.summary.get("secondStreamBatches", 0)
+        assert (second == 0) if other_open else (second > 0), result.summary
+        if other is not None:
+            await pool.execute("UPDATE runs SET finished_at = now() WHERE id = $1", other)

@@ -41,6 +41,11 @@ async def finish_run(db, run_id: uuid.UUID, *, stop_reason: str, done: int, fail
                              units, summary, error)
 
 
+async def others_running(db, run_id: uuid.UUID, silent_seconds: float = ABANDONED_AFTER_SECONDS) -> bool:
+    """Whether another run is open and still beating."""
+    return await db.fetchval(query("runs_others_open"), run_id, float(silent_seconds))
+
+
 async def close_abandoned_runs(db, silent_seconds: float = ABANDONED_AFTER_SECONDS) -> list[uuid.UUID]:
     """Close, as `error`, the open runs that have not beaten for `silent_seconds`."""
     rows = await db.fetch(query("close_abandoned_runs"), float(silent_seconds))
