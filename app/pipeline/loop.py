@@ -80,7 +80,8 @@ class Pipeline:
         # concurrency is the run's, not a stream's)
         self._handlers = asyncio.Lock()
         self._backlog: asyncio.Event | None = None
-        self._alone_recheck_at = 0.0
+        self._alone_recheck_at = 0.0  # _alone()'s answer holds until then
+        self._was_alone = False
 
     def stop(self, grace: float) -> None:
         """Stop claiming now; in-flight handlers get `grace` seconds, then are deferred."""
@@ -161,6 +162,7 @@ class Pipeline:
         budget, a stop, an error), the other stops claiming too, hands back what it
         prefetched, and is waited for."""
         self._backlog = asyncio.Event()
+        self._alone_recheck_at = 0.0
         one = asyncio.ensure_future(self._drain(first, ctx, hard_deadline, None))
         ended: list[asyncio.Future] = []
         try:
@@ -194,14 +196,15 @@ class Pipeline:
     async def _alone(self, ctx: Context) -> bool:
         """No other run open and beating: the second stream would not take CPU from
         another run's claims (ten overlapping runs with two streams each drained a third
-        slower than with one). Asked at most once a second."""
+        slower than with one). Asked at most once a second; the answer holds meanwhile."""
         if time.monotonic() < self._alone_recheck_at:
-            return False
-        self._alone_recheck_at = time.monotonic() + INTERNAL_RECHECK_SECONDS
+            return self._was_alone
         try:
-            return not await runs.others_running(self.pool, ctx.run_id)
+            self._was_alone = not await runs.others_running(self.pool, ctx.run_id)
         except Exception:  # the first stream meets the database's trouble itself
-            return False
+            self._was_alone = False
+        self._alone_recheck_at = time.monotonic() + INTERNAL_RECHECK_SECONDS
+        return self._was_alone
 
     @staticmethod
     def _found_no_work(stream: asyncio.Future) -> bool:
