@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ import asyncpg
 from app.engine.db import create_pool
 from app.pipeline.loop import Pipeline, RunResult
 from app.pipeline.registry import check_stages, load_stages
-from app.pipeline.run_record import RunNotRecorded
+from app.pipeline.run_record import OPEN_RETRY_SECONDS, RunNotRecorded, retrying
 from app.pipeline.stage import Stage
 from app.plugin import Plugin, load_plugins, plugin_stages
 from app.settings import Settings
@@ -173,12 +174,27 @@ class Runtime:
                 self.pools_created += 1
         return self._pool
 
+    async def _pool_for_a_run(self, hard_limit: float) -> asyncpg.Pool:
+        """The pool, for a run: a run started while the database restarts waits for it (as
+        its runs row would, OPEN_RETRY_SECONDS at most, and never past its own limit)
+        rather than ending with no row; a request (pool()) answers 503 at once."""
+        deadline = time.monotonic() + min(OPEN_RETRY_SECONDS, hard_limit)
+
+        async def attempt() -> asyncpg.Pool:
+            try:
+                return await self.pool()
+            except DatabaseUnavailable as exc:  # retrying() judges the driver's error
+                raise (exc.__cause__ or exc) from None
+
+        with database_errors():
+            return await retrying(attempt, deadline, "connecting to the database")
+
     async def run(self, trigger: str, requested: float | None = None,
                   remaining: float | None = None) -> RunResult:
         """One run of the stages. requested: the seconds asked for (None: the setting);
         remaining: Lambda's time left, read once by the caller (None: not in Lambda)."""
         limits = run_limits(self.settings, requested, remaining)
-        pool = await self.pool()
+        pool = await self._pool_for_a_run(limits.hard_limit)
         with database_errors():  # the runs row could not even be written
             try:
                 return await Pipeline(pool, self.stages, self.settings).run(

@@ -120,3 +120,15 @@ async def test_a_run_that_is_not_alone_keeps_to_one_stream(pool):
         assert (second == 0) if other_open else (second > 0), result.summary
         if other is not None:
             await pool.execute("UPDATE runs SET finished_at = now() WHERE id = $1", other)
+
+
+async def test_a_run_never_takes_back_its_own_expired_lease(pool):
+    """A batch of a run that waited past its lease (prefetched, or held by its other claim
+    stream) is still the run's to run: its own claims skip it, another run's take it."""
+    await f.jobs(pool, "own", 2)
+    mine, other = await f.run(pool), await f.run(pool)
+    [held] = [j.id for j in await q.claim(pool, f.lease("own"), mine, 1)]
+    await f.age_lock(pool, held, 3600)
+    again = [j.id for j in await q.claim(pool, f.lease("own"), mine, 2)]
+    assert held not in again and len(again) == 1  # the other, ready job
+    assert [j.id for j in await q.claim(pool, f.lease("own"), other, 2)] == [held]

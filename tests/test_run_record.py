@@ -88,3 +88,35 @@ async def test_a_restart_under_three_runs_leaves_every_row_closed_and_truthful(o
         assert JOBS - 3 * 10 <= counted <= JOBS
     finally:
         await db.close()
+
+
+async def test_a_run_started_while_the_database_is_down_waits_for_it(own_server):
+    """`run-once` started while PostgreSQL is stopped: it waits for the server (as its runs
+    row would) and, once the server is back two seconds later, does its work and writes its
+    row, instead of ending with none."""
+    server, dsn = own_server
+    db = await connect(dsn)
+    await enqueue_many(db, [NewJob(type="echo", payload={}) for _ in range(20)])
+    await db.close()
+    await asyncio.to_thread(pg_ctl, server, "-m", "fast", "stop")
+    env = {**os.environ, "DATABASE_URL": dsn, "PIPELINE_PLUGINS": "", "RUN_SCHEDULER": "false",
+           "PIPELINE_STAGES": "tests.pooler.stages:ECHO", "LOG_LEVEL": "ERROR"}
+    proc = subprocess.Popen([sys.executable, "-m", "app", "run-once", "--budget", "20"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        await asyncio.sleep(2)
+        assert proc.poll() is None, proc.communicate()  # still waiting, not gone
+        await asyncio.to_thread(pg_ctl, server, "restart")  # with the options it was started with
+        out, err = await asyncio.to_thread(proc.communicate, timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-2000:]
+    body = json.loads(out)
+    assert body["stopReason"] == "no_work" and body["jobsDone"] == 20
+    db = await connect(dsn)
+    try:
+        assert await db.fetchval("SELECT count(*) FROM runs WHERE finished_at IS NOT NULL") == 1
+    finally:
+        await db.close()

@@ -36,6 +36,12 @@ WITH done AS (
       AND j.locked_at < now() - make_interval(secs => $4)
       AND j.attempts < $5
       AND NOT coalesce(r.paused, false)
+      -- never this run's own: a run that asks is alive, and a batch of its own that waited
+      -- past its lease (prefetched, or held by its other claim stream) is still going to
+      -- run. Taken back by the same run, it would run twice, and the writes of one copy,
+      -- guarded by the run's id only, would land on the other (a hand-back returning the
+      -- attempt the other copy is on).
+      AND j.run_id IS DISTINCT FROM $3
       -- two writes to one row in one statement: only one would happen
       AND j.id <> ALL ($6::uuid[]) AND j.id <> ALL ($7::uuid[])
     ORDER BY priority DESC, served, j.created_at
