@@ -532,7 +532,11 @@ class Chaos:
 
     async def setup(self) -> None:
         from app.devdb import LocalPostgres
-        self.pg = LocalPostgres(self.folder / "pg", fast=True)
+        # Durable: the run crashes PostgreSQL (an immediate stop), and a commit the server
+        # acknowledged must survive that, as in production. A throwaway cluster's
+        # synchronous_commit = off loses the last acknowledged commits in a crash, which
+        # read as an API change without its audit row or a cancel that did not happen.
+        self.pg = LocalPostgres(self.folder / "pg", fast=False)
         port = await asyncio.to_thread(self.pg.start)
         admin = await asyncpg.connect(self.pg.dsn(port))
         await admin.execute("CREATE DATABASE chaos")
