@@ -79,8 +79,10 @@ async def test_budget_stops_claiming_and_defers_unstarted_work(pool):
         await asyncio.sleep(0.2)
 
     ids = await f.jobs(pool, "t", 20)
+    # a second of budget: room for two 0.2 s handlers however slowly a loaded box starts
+    # the run, far from the twenty it would take to finish
     result = await pipeline(pool, [Stage(type="t", handler=slow, batch=5, concurrency=1)]).run(
-        "manual", budget=0.5)
+        "manual", budget=1.0)
     assert result.stop_reason == "time_budget"
     assert 2 <= len(started) < 20
     rows = {r["id"]: r for r in await pool.fetch("SELECT * FROM jobs")}
