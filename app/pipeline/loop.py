@@ -72,6 +72,8 @@ class Pipeline:
         self.stages = [maintenance_stage(own), *own]
         # looked at once a second while found empty, not before every batch
         self._rarely_busy = {s.type for s in self.stages if s.internal or s is notifications.NOTIFY_STAGE}
+        # the stage a backlog starts a second claim stream for (_two_streams)
+        self._first_user = next((s for s in self.stages if s.type not in self._rarely_busy), None)
         self._stopping = False
         self._budget_deadline = 0.0
         self._timeouts: set[asyncio.Timeout] = set()
@@ -176,7 +178,7 @@ class Pipeline:
                 if not await self._alone(ctx):
                     continue  # asked again on a backlog a second from now
                 two = asyncio.ensure_future(self._drain(self.pool, ctx, hard_deadline, None,
-                                                        only=self._first_user_stage()))
+                                                        only=self._first_user))
                 ended.append(two)
                 await asyncio.wait({one, two}, return_when=asyncio.FIRST_COMPLETED)
                 if not one.done() and self._found_no_work(two):
@@ -225,9 +227,6 @@ class Pipeline:
                 return reason
         return "time_budget" if "time_budget" in reasons else "no_work"
 
-    def _first_user_stage(self) -> Stage | None:
-        return next((s for s in self.stages if s.type not in self._rarely_busy), None)
-
     async def _drain(self, conn, ctx: Context, hard_deadline: float, idle: IdleWait | None,
                      only: Stage | None = None) -> str:
         """The hot loop, one round trip per batch: while batch k runs, one statement writes
@@ -253,7 +252,7 @@ class Pipeline:
             if only is not None:
                 ctx.tally.second_stream_batches += 1
             if (self._backlog is not None and only is None and len(jobs) >= stage.batch
-                    and stage is self._first_user_stage()):
+                    and stage is self._first_user):
                 self._backlog.set()
             if self._stopping or time.monotonic() >= self._budget_deadline:
                 await self._hand_back(conn, ctx, written, batch)

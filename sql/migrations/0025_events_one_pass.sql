@@ -64,8 +64,8 @@ END $$;
 -- The lane counters (as in 0013) and, in the same pass, the pipeline's events: one
 -- 'jobs.settled' per (lane, type) and statement for the jobs that stopped running, into
 -- the lane's room: {lane, type, runId, done, failed, retrying, deferred}; and
--- 'batch.progress' for the batches whose jobs changed. What people do is left to the
--- events trigger below.
+-- 'batch.progress' for the batches whose jobs changed (a person's statements too). What
+-- else people do is left to the events trigger below.
 CREATE OR REPLACE FUNCTION jobs_lanes_after_update() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
@@ -73,13 +73,15 @@ DECLARE
     a_in_head timestamptz[]; a_in_ready timestamptz[]; a_out_head timestamptz[]; a_out_ready timestamptz[];
     a_may_create boolean;
     s_room text[]; s_type text[]; s_data jsonb[];
+    person boolean := events_by_person();
     -- the pipeline's statements (nobody named) with jobs that were running: settled work
-    settle boolean := NOT events_by_person() AND events_on()
+    settle boolean := NOT person AND events_on()
                       AND EXISTS (SELECT 1 FROM old_jobs WHERE status = 'running');
 BEGIN
-    -- Completions and failures by a person (nothing was or becomes pending, no attempt
-    -- starts): nothing to count or to tell.
-    IF NOT settle AND NOT EXISTS (SELECT 1 FROM old_jobs WHERE status = 'pending')
+    -- The pipeline's statements where nothing was or becomes pending, no attempt starts
+    -- and nothing settles: nothing to count or to tell. (A person's always go on: their
+    -- batches' progress is told below.)
+    IF NOT settle AND NOT person AND NOT EXISTS (SELECT 1 FROM old_jobs WHERE status = 'pending')
        AND NOT EXISTS (SELECT 1 FROM new_jobs WHERE status IN ('pending', 'running')) THEN
         RETURN NULL;
     END IF;
@@ -151,7 +153,9 @@ BEGIN
     IF s_room IS NOT NULL THEN
         PERFORM events_emit(s_room, s_type, s_data);
     END IF;
-    IF settle AND EXISTS (SELECT 1 FROM new_jobs WHERE batch_id IS NOT NULL) THEN
+    -- batches whose jobs changed: told for the pipeline's settling statements (a claim
+    -- alone changes no batch's counts) and for whatever a person does
+    IF (settle OR (person AND events_on())) AND EXISTS (SELECT 1 FROM new_jobs WHERE batch_id IS NOT NULL) THEN
         PERFORM events_batch_progress(ARRAY(
             SELECT DISTINCT n.batch_id FROM old_jobs o JOIN new_jobs n ON n.id = o.id
             WHERE n.batch_id IS NOT NULL
@@ -162,8 +166,8 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- What people do to jobs: 'jobs.retried' (failed back to pending), 'jobs.cancelled'
--- (pending to failed), and the progress of the batches they touched. The pipeline's own
+-- What people do to jobs: 'jobs.retried' (failed back to pending) and 'jobs.cancelled'
+-- (pending to failed); the batches they touched are told by the counters' pass. The pipeline's own
 -- statements never get here (the WHEN), their events come from the counters' pass.
 CREATE OR REPLACE FUNCTION jobs_events_after_update() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
@@ -176,14 +180,6 @@ BEGIN
         (SELECT jsonb_agg(jsonb_build_object('id', n.id, 'lane', n.lane, 'type', n.type))
          FROM old_jobs o JOIN new_jobs n ON n.id = o.id
          WHERE o.status = 'pending' AND n.status = 'failed'));
-    IF EXISTS (SELECT 1 FROM new_jobs WHERE batch_id IS NOT NULL) THEN
-        PERFORM events_batch_progress(ARRAY(
-            SELECT DISTINCT n.batch_id FROM old_jobs o JOIN new_jobs n ON n.id = o.id
-            WHERE n.batch_id IS NOT NULL
-              AND (n.status <> o.status OR n.progress IS DISTINCT FROM o.progress
-                   OR n.total IS DISTINCT FROM o.total)
-            ORDER BY 1));
-    END IF;
     RETURN NULL;
 END $$;
 DROP TRIGGER events_update ON jobs;
