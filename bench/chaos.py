@@ -680,9 +680,12 @@ class Chaos:
         finished_in_load = self.samples[-1][2] if self.samples else 0
         await asyncio.gather(*background)
         self.log(f"chaos: the load's tasks ended at {self.now():.1f} s")
-        if worker.returncode is not None:
+        try:
+            if worker.returncode is not None:
+                raise ProcessLookupError
+            worker.send_signal(signal.SIGTERM)
+        except ProcessLookupError:  # gone already (maybe between the look and the signal)
             self.faults["the worker died on its own"] += 1
-        worker.send_signal(signal.SIGTERM)
         await worker.wait()
         self.api.send_signal(signal.SIGTERM)
         await self.api.wait()
