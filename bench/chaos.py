@@ -209,6 +209,9 @@ class Faults:
         self.counts[f"{who} {kind}"] += 1
         return kind
 
+    def failed(self, who: str) -> bool:
+        return any(self.counts[f"{who} {kind}"] for kind in ("500", "hang", "429"))
+
 
 def site_and_llm(faults: Faults, pages: int):
     from starlette.applications import Starlette
@@ -675,6 +678,11 @@ class Chaos:
             *(self.tenant(key, lanes, random.Random(self.seed * 10 + n))
               for n, (key, lanes) in enumerate(self.tenants)))]
         await asyncio.sleep(self.scale.seconds)
+        # A slow box may not reach the site before the load's time is up, and then no fault of the
+        # site would have been tried: the load goes on until the site has failed once (or twice its time).
+        deadline = time.monotonic() + 2 * self.scale.seconds
+        while not self.site_faults.failed("site") and time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
         self.stopping = True
         load_seconds = self.now()
         finished_in_load = self.samples[-1][2] if self.samples else 0
