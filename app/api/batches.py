@@ -17,6 +17,7 @@ from app.api.params import only_params
 from app.api.payloads import accepted_payload
 from app.engine import batches as engine
 from app.engine.batches import BatchRequest, LaneNotFound
+from app.json_values import iso
 from app.pipeline import outcomes
 
 router = APIRouter(tags=["batches"])
@@ -118,10 +119,6 @@ async def create_batch_in_lane(lane: uuid.UUID, body: BatchIn, request: Request,
         "skipped": skipped})
 
 
-def _iso(value) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
 @router.get("/batches/{batch_id}", response_model=BatchOut, dependencies=[Depends(only_params())],
             responses={404: {"description": "no such batch"}})
 async def get_batch(batch_id: uuid.UUID, request: Request) -> dict[str, Any]:
@@ -135,7 +132,7 @@ async def get_batch(batch_id: uuid.UUID, request: Request) -> dict[str, Any]:
         "id": row["id"], "lane": row["lane"], "status": row["status"], "jobs": row["jobs"],
         "counts": {k: row[k] for k in ("pending", "running", "done", "failed")},
         "total": row["total"], "progress": row["progress"] or 0,
-        "createdAt": _iso(row["created_at"]), "finishedAt": _iso(row["finished_at"]),
+        "createdAt": iso(row["created_at"]), "finishedAt": iso(row["finished_at"]),
         "children": [{"id": c["id"], "type": c["type"], "status": c["status"], "attempts": c["attempts"],
                       "total": c["total"], "progress": c["progress"], "lastError": c["last_error"]}
                      for c in children],

@@ -25,6 +25,7 @@ from app.api.params import only_params
 from app.engine import events as store
 from app.engine import runs as run_log
 from app.engine.queries import query
+from app.json_values import iso
 from app.runtime import run_json
 
 router = APIRouter(tags=["dashboard"])        # tenant routes: GET /stats
@@ -40,10 +41,6 @@ RUNS_SHOWN = 10
 CHART_RUNS = 300
 FAILED_SHOWN = 10
 BATCHES_SHOWN = 8
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
 
 
 def _live_mode() -> str:
@@ -104,15 +101,15 @@ async def stats(request: Request) -> JSONResponse:
              for r in await db.fetch(query("dashboard_lanes"), LANES_SHOWN)]
     runs = [run_json(r) for r in await run_log.list_runs(db, stop_reason=None, trigger=None, after=None,
                                                           limit=RUNS_SHOWN)]
-    chart = [{"run": str(r["id"]), "startedAt": _iso(r["started_at"]), "done": r["jobs_done"],
+    chart = [{"run": str(r["id"]), "startedAt": iso(r["started_at"]), "done": r["jobs_done"],
               "failed": r["jobs_failed"], "deferred": r["jobs_deferred"], "stopReason": r["stop_reason"]}
              for r in reversed(await db.fetch(query("dashboard_runs_chart"), CHART_RUNS))]
     trouble = [{"id": str(r["id"]), "type": r["type"], "status": r["status"], "attempts": r["attempts"],
-                "lastError": r["last_error"], "runAfter": _iso(r["run_after"]),
-                "finishedAt": _iso(r["finished_at"]), "lane": str(r["lane"])}
+                "lastError": r["last_error"], "runAfter": iso(r["run_after"]),
+                "finishedAt": iso(r["finished_at"]), "lane": str(r["lane"])}
                for r in await db.fetch(query("dashboard_trouble"), FAILED_SHOWN)]
-    batches = [{"id": str(r["id"]), "status": r["status"], "createdAt": _iso(r["created_at"]),
-                "finishedAt": _iso(r["finished_at"]), "jobs": r["jobs"], "done": r["done"], "failed": r["failed"],
+    batches = [{"id": str(r["id"]), "status": r["status"], "createdAt": iso(r["created_at"]),
+                "finishedAt": iso(r["finished_at"]), "jobs": r["jobs"], "done": r["done"], "failed": r["failed"],
                 "total": r["total"], "progress": r["progress"]}
                for r in await db.fetch(query("dashboard_batches"), BATCHES_SHOWN)]
     panels: list[dict[str, Any]] = []

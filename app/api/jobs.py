@@ -21,6 +21,7 @@ from app.api.payloads import accepted_payload
 from app.api.params import only_params
 from app.engine import job_admin
 from app.engine.jobs import DEFAULT_LANE, NewJob, enqueue
+from app.json_values import iso
 from app.pipeline import outcomes
 
 router = APIRouter(tags=["jobs"])
@@ -128,10 +129,6 @@ class JobIn(BaseModel):
         return value.astimezone(timezone.utc)
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
 def _str(value: Any) -> str | None:
     return str(value) if value is not None else None
 
@@ -139,10 +136,10 @@ def _str(value: Any) -> str | None:
 def job_json(r) -> dict[str, Any]:
     return {
         "id": str(r["id"]), "type": r["type"], "status": r["status"], "payload": r["payload"],
-        "dedupeKey": r["dedupe_key"], "attempts": r["attempts"], "runAfter": _iso(r["run_after"]),
-        "lockedAt": _iso(r["locked_at"]), "lastError": r["last_error"], "runId": _str(r["run_id"]),
+        "dedupeKey": r["dedupe_key"], "attempts": r["attempts"], "runAfter": iso(r["run_after"]),
+        "lockedAt": iso(r["locked_at"]), "lastError": r["last_error"], "runId": _str(r["run_id"]),
         "batchId": _str(r["batch_id"]), "lane": str(r["lane"]), "total": r["total"],
-        "progress": r["progress"], "createdAt": _iso(r["created_at"]), "finishedAt": _iso(r["finished_at"]),
+        "progress": r["progress"], "createdAt": iso(r["created_at"]), "finishedAt": iso(r["finished_at"]),
     }
 
 

@@ -4,12 +4,9 @@ load the plug-in, not the web app)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
-
-def iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
+from app.json_values import iso
 
 
 def listed_json(row) -> dict[str, Any]:

@@ -25,7 +25,8 @@ from app.outreach.plans import PLANS
 from app.outreach.settings import outreach_settings
 from app.outreach.brief import BRIEF
 from app.outreach.payloads import MAX_URL_LENGTH, URL_PATTERN, address_problem, url_shape_problem
-from app.outreach.campaign_json import iso, listed_json
+from app.json_values import iso
+from app.outreach.campaign_json import listed_json
 from app.outreach.campaigns import CampaignInputError, CampaignLimitError, PlanConflictError, add_campaign
 
 router = APIRouter(tags=["campaigns"])

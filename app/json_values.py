@@ -1,0 +1,12 @@
+"""How a value read from PostgreSQL is written in JSON, everywhere the project writes it
+(the API, the dashboard, the CLI's --json, a plug-in's own shapes): one module with no
+imports of its own, so the scheduled path and the CLI can use it without the web stack."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+
+def iso(value: datetime | None) -> str | None:
+    """A timestamp as ISO 8601 with its offset; an absent one as null."""
+    return value.isoformat() if value is not None else None
