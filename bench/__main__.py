@@ -17,7 +17,8 @@ With no arguments: a throwaway PostgreSQL (or DATABASE_URL's server), then
 then a table on stdout and everything in bench/results/latest.json. `--only lanes` runs
 3 and 3b, `--only lanes-drain` 3b alone.
 --peers adds pgqueuer 1.6.0 and the bare SKIP LOCKED loop on the same server
-(bench/peers.py; needs pip access once). Each part has a time cap; the whole run takes
+(bench/peers.py; needs pip access once), and one run-once against pgqueuer in
+back-to-back pairs (bench/paired.py; alone: `--only paired`). Each part has a time cap; the whole run takes
 about four minutes here, four and a half with --peers."""
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import claim_latency, coldstart, drain, events, invocations, machine, metrics, peers
+from bench import claim_latency, coldstart, drain, events, invocations, machine, metrics, paired, peers
 from bench.server import Server
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -45,7 +46,7 @@ LANES_DRAIN_CAMPAIGNS = 100_000
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", choices=["drain", "events", "claim", "lanes", "lanes-drain", "peers", "coldstart", "metrics",
+    p.add_argument("--only", choices=["drain", "events", "claim", "lanes", "lanes-drain", "peers", "paired", "coldstart", "metrics",
                                        "invocations"],
                    help="run one part only")
     p.add_argument("--n", type=int, default=20_000, help="jobs per drain (default 20000)")
@@ -142,6 +143,11 @@ async def main(args) -> dict:
         if args.only in (None, "coldstart"):
             _log("\n[5] cold start of the Lambda handler (fresh interpreters, median of 7)")
             out["coldstart"] = await _guard(asyncio.to_thread(coldstart.run, log=_log))
+        if args.only == "paired" or (args.only is None and args.peers):  # issue 12's first target, pair by pair
+            _log(f"\n[4b] one run-once against pgqueuer 1.6.0 uncapped, back to back, {args.n:,} jobs, "
+                 f"median of the pairs' ratios")
+            out["paired"] = await _guard(paired.run(server, peers_dir=args.peers_dir, pairs=max(args.repeats, 7),
+                                                    n=args.n, cap=args.drain_cap * 2, log=_log), server.meter)
         if args.peers or args.only == "peers":
             _log("\n[4] peers on the same server: pgqueuer 1.6.0, the bare SKIP LOCKED loop")
             out["peers"] = await _guard(peers.run(

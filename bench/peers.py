@@ -52,7 +52,7 @@ def _port(admin_dsn: str) -> int | None:
 
 
 async def run(server, *, peers_dir: Path, variants: list[str], n: int, concurrency: int,
-              repeats: int, cap: float, log=print) -> dict:
+              repeats: int, cap: float, bare: bool = True, log=print) -> dict:
     script = peers_dir / "bench_pgqueuer.py"
     if not script.exists():
         return {"skipped": f"{script} not found"}
@@ -89,7 +89,8 @@ async def run(server, *, peers_dir: Path, variants: list[str], n: int, concurren
         log(f"  pgqueuer {variant:9s}: drain {summary.get('process_jobs_s_median', 0):7,.0f} jobs/s"
             f"  enqueue {summary.get('enqueue_jobs_s_median', 0):7,.0f} jobs/s"
             f"  ({summary.get('ok_runs')}/{summary.get('runs')} runs ok)")
-    out["raw_sql"] = await _raw_sql(py, peers_dir, server.admin_dsn, port, n, concurrency, repeats, cap, log)
+    if bare:
+        out["raw_sql"] = await _raw_sql(py, peers_dir, server.admin_dsn, port, n, concurrency, repeats, cap, log)
     return out
 
 

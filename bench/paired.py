@@ -1,0 +1,83 @@
+"""One invocation against pgqueuer, pair by pair (`python -m bench --only paired`).
+
+Issue 12's first target compares two figures of one sitting: one `run-once` draining
+20,000 no-op jobs (ownerless, batch 50, concurrency 10) and pgqueuer 1.6.0 uncapped on
+the same server. Measured part after part, minutes apart, the ratio moves with the box
+(pgqueuer alone gave 1,698 and 2,253 jobs/s half an hour apart on one day). Here each
+pair is one pgqueuer drain and one `run-once` drain back to back, each first in turn,
+and the figure is the median of the pairs' ratios: a pair sees the same drift. A first
+pair warms both up and is not counted.
+
+pgqueuer runs through the peers' own script (bench/peers.py): two runs in one process,
+the second counted, as a worker that has been up for a while. The invocation is a fresh
+process, as a scheduled one is, measured by bench/invocations.py (Python's start-up left
+out, as the peer's script leaves its own out)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from bench import invocations, peers
+
+
+async def run(server, *, peers_dir, pairs: int, n: int, cap: float, log=print) -> dict:
+    from app.engine.db import connect
+
+    name = "skiplock_bench_paired"
+    dsn = await server.fresh_database(name)
+    admin = await connect(dsn)
+    out: dict = {"n": n, "batch": 50, "concurrency": 10, "shape": "ownerless", "pairs": []}
+    started = time.monotonic()
+    try:
+        lanes = [None]  # the ownerless lane, as pgqueuer has no lanes
+        # a warm-up pair, not counted: pgqueuer's first run on a fresh server (its schema,
+        # its venv's first start) and ours (the first plans, a cold cache) are slower
+        for i in range(-1, pairs):
+            left = cap - (time.monotonic() - started)
+            if left <= 30:
+                log(f"  paired: time cap ({cap:.0f} s) reached after {max(i, 0)} pairs")
+                break
+            pair: dict = {}
+            for part in (("pgqueuer", "skiplock") if i % 2 == 0 else ("skiplock", "pgqueuer")):
+                if part == "pgqueuer":
+                    # two runs in the script's one process, the second counted: a pgqueuer
+                    # worker is a long-lived process, and a first run in a fresh one was
+                    # the slowest of three in three sittings of four
+                    got = await peers.run(server, peers_dir=peers_dir, variants=["unlimited"], n=n,
+                                          concurrency=10, repeats=2, cap=left, bare=False, log=lambda _: None)
+                    if "skipped" in got:
+                        return {"skipped": got["skipped"]}
+                    runs = got["variants"]["unlimited"].get("process_jobs_s_all") or []
+                    if len(runs) < 2:
+                        return {"error": got["variants"]["unlimited"].get("error", "pgqueuer gave no figure")}
+                    pair["pgqueuer_jobs_s"] = runs[-1]
+                else:
+                    # the run's budget must fit the default platform limit (300 s)
+                    r = await invocations._measure(admin, dsn, lanes, n=n, k=1, batch=50, concurrency=10,
+                                                   cap=min(left, 200), meter=server.meter)
+                    if not r["ok"]:
+                        return {"error": "a run-once did not drain every job exactly once", "run": r}
+                    pair["skiplock_jobs_s"] = r["jobs_s"]
+                    # our drain left dead rows; vacuum them now, untimed, so that autovacuum
+                    # does not take the CPUs from the pgqueuer drain that may come next
+                    await admin.execute("VACUUM jobs, job_lanes, job_lane_hours, runs, events, event_rooms")
+            pair["ratio"] = pair["skiplock_jobs_s"] / pair["pgqueuer_jobs_s"]
+            if i < 0:
+                out["warm_up"] = pair
+                log(f"  warm-up: run-once {pair['skiplock_jobs_s']:7,.0f} jobs/s, pgqueuer "
+                    f"{pair['pgqueuer_jobs_s']:7,.0f} jobs/s (not counted)")
+                continue
+            out["pairs"].append(pair)
+            log(f"  pair {i + 1}: run-once {pair['skiplock_jobs_s']:7,.0f} jobs/s, pgqueuer "
+                f"{pair['pgqueuer_jobs_s']:7,.0f} jobs/s: {pair['ratio']:.2f}x")
+    finally:
+        await admin.close()
+        await server.drop_database(name)
+    if out["pairs"]:
+        out["ratio_median"] = statistics.median(p["ratio"] for p in out["pairs"])
+        out["skiplock_jobs_s_median"] = statistics.median(p["skiplock_jobs_s"] for p in out["pairs"])
+        out["pgqueuer_jobs_s_median"] = statistics.median(p["pgqueuer_jobs_s"] for p in out["pairs"])
+        log(f"  one invocation over pgqueuer: {out['ratio_median']:.2f}x, median of {len(out['pairs'])} pairs")
+    out["seconds"] = round(time.monotonic() - started, 1)
+    return out
