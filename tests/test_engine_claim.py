@@ -399,3 +399,25 @@ async def test_a_lanes_head_and_readiness_follow_every_transition(pool):
     while await q.claim(pool, f.lease(), run_id, 3):
         await check()
     assert checks >= 10
+
+
+async def test_a_batch_comes_back_oldest_first(pool):
+    # The rows lie on disk newest first (each job's last write gives its created_at, in
+    # reverse) and the ids are random, so neither order can pass for the claim's.
+    ids = await f.jobs(pool, "t", 12)
+    start = await pool.fetchval("SELECT now() - interval '1 hour'")
+    for i, job_id in enumerate(ids):
+        await pool.execute("UPDATE jobs SET created_at = $2::timestamptz + make_interval(secs => $3) WHERE id = $1",
+                           job_id, start, float(len(ids) - i))
+    claimed = await q.claim(pool, f.lease(), await f.run(pool), 12)
+    assert [j.id for j in claimed] == list(reversed(ids))
+
+    # Over lanes, the lanes choose the jobs (here all of them) and the batch is still
+    # oldest first.
+    pro, free = await f.user(pool, "pro"), await f.user(pool, "free")
+    top, a, b = await f.campaign(pool, pro), await f.campaign(pool, free), await f.campaign(pool, free)
+    b_jobs = await f.jobs(pool, "u", 2, lane=b)
+    a_jobs = await f.jobs(pool, "u", 2, lane=a, start=await pool.fetchval("SELECT now() - interval '2 hours'"))
+    top_jobs = await f.jobs(pool, "u", 2, lane=top)
+    claimed = await q.claim(pool, f.lease("u"), await f.run(pool), 6)
+    assert [j.id for j in claimed] == [*a_jobs, *b_jobs, *top_jobs]

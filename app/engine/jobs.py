@@ -80,8 +80,9 @@ async def enqueue_many_rows(db, jobs: Sequence[NewJob]) -> list[asyncpg.Record]:
 
 async def claim(db, lease: Lease, run_id: uuid.UUID, limit: int) -> list[Job]:
     """Up to `limit` jobs of the lease's type, now running for run_id: expired leases and
-    ready jobs alike, in lane order (priority, least served in the last day, oldest ready
-    job), never a job another claim holds, never one of a paused lane."""
+    ready jobs alike, chosen in lane order (priority, least served in the last day, oldest
+    ready job), never a job another claim holds, never one of a paused lane; returned
+    oldest first."""
     return (await finish_and_claim(db, lease, run_id, limit)).claimed
 
 

@@ -5,8 +5,8 @@
 -- pays one round trip per batch: $6 the jobs it finished (done), $7 those it hands back
 -- (pending again from $8, the attempt the claim counted returned: nothing was tried).
 -- Either only touches jobs run $3 still holds. Plain claims pass empty arrays. The
--- result is one row per claimed job, or a single row of NULL job columns when none
--- was claimed; every row carries how many jobs were marked done and handed back.
+-- result is one row per claimed job, oldest first, or a single row of NULL job columns
+-- when none was claimed; every row carries how many jobs were marked done and handed back.
 --
 -- Reads jobs and the lane rows only. Order: the lane's priority (highest first), then
 -- the lane served least in the last day, then the oldest ready job. Within one claim a
@@ -114,3 +114,6 @@ WITH done AS (
 SELECT c.*, w.done, w.handed_back
 FROM (SELECT (SELECT count(*) FROM done) AS done, (SELECT count(*) FROM handed_back) AS handed_back) w
 LEFT JOIN claimed c ON true
+-- the batch in a known order (RETURNING's follows the plan): the lanes chose the jobs,
+-- the handlers start them oldest first
+ORDER BY c.created_at, c.id
