@@ -177,8 +177,11 @@ async def test_auth_is_checked_before_the_input(make_client, recorder):
 async def test_unreachable_database_is_503(make_client, via, recorder):
     with free_socket() as sock:  # bound, never listening: connections are refused
         port = sock.getsockname()[1]
-        client = await make_client(make_settings(f"postgresql://postgres@127.0.0.1:{port}/none"),
-                                   [recorder.stage], via=via)
+        # a run waits for a database that is away, within its hard limit (here 2 s: the
+        # platform limit less the finish margin), then answers 503
+        settings = make_settings(f"postgresql://postgres@127.0.0.1:{port}/none", pipeline_budget_seconds=1,
+                                 platform_limit_seconds=12, finish_margin_seconds=10)
+        client = await make_client(settings, [recorder.stage], via=via)
         error = assert_error(await client.post("/cron/pipeline", headers=AUTH), 503, "database_unavailable")
     assert "Traceback" not in error["message"]
 
