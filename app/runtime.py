@@ -161,6 +161,11 @@ class Runtime:
 
     async def pool(self) -> asyncpg.Pool:
         """The pool; DatabaseUnavailable (or DatabaseNotConfigured) when there is none."""
+        with database_errors():
+            return await self._open_pool()
+
+    async def _open_pool(self) -> asyncpg.Pool:
+        """The pool, opened on first use; the driver's own error when the server is away."""
         if self._pool is not None:
             return self._pool
         if self._lock is None:
@@ -168,9 +173,8 @@ class Runtime:
         async with self._lock:
             if self._pool is None:
                 dsn = await self.dsn()
-                with database_errors():
-                    self._pool = await create_pool(dsn, self.settings.db_pool_size,
-                                                   pooled=behind_pooler(self.settings))
+                self._pool = await create_pool(dsn, self.settings.db_pool_size,
+                                               pooled=behind_pooler(self.settings))
                 self.pools_created += 1
         return self._pool
 
@@ -179,15 +183,8 @@ class Runtime:
         its runs row would, OPEN_RETRY_SECONDS at most, and never past its own limit)
         rather than ending with no row; a request (pool()) answers 503 at once."""
         deadline = time.monotonic() + min(OPEN_RETRY_SECONDS, hard_limit)
-
-        async def attempt() -> asyncpg.Pool:
-            try:
-                return await self.pool()
-            except DatabaseUnavailable as exc:  # retrying() judges the driver's error
-                raise (exc.__cause__ or exc) from None
-
         with database_errors():
-            return await retrying(attempt, deadline, "connecting to the database")
+            return await retrying(self._open_pool, deadline, "connecting to the database")
 
     async def run(self, trigger: str, requested: float | None = None,
                   remaining: float | None = None) -> RunResult:

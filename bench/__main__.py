@@ -230,6 +230,7 @@ def _targets(out: dict) -> dict:
             "target": f">= {ld['target_ratio']} (drain one job per lane over {ld['n']:,} lanes / all in one lane)",
             "value": ld["ratio"], "met": ld["ratio"] >= ld["target_ratio"] and ok}
     t.update(invocations.targets(out))
+    t.update(paired.targets(out))
     st = out.get("statements", {}).get("results", {}).get("mixed")
     drains = [x for r in d.values() for x in r["runs"]]
     if st and drains:
@@ -282,6 +283,7 @@ def _table(out: dict) -> str:
         lines += ["", f"Two claims at once: A holds the pro lane's last {ov['claim_a']} jobs, B gets "
                       f"{ov['claim_b']} with {ov['ready_in_other_lanes']:,} ready in other lanes: "
                       f"{'ok' if ov['ok'] else 'B starved (its run would stop with no_work)'}"]
+    lines += paired.table(out)
     lines += invocations.table(out)
     c = out.get("claim", {})
     if c.get("results"):

@@ -688,11 +688,13 @@ class Chaos:
         finished_in_load = self.samples[-1][2] if self.samples else 0
         await asyncio.gather(*background)
         self.log(f"chaos: the load's tasks ended at {self.now():.1f} s")
-        try:
-            if worker.returncode is not None:
-                raise ProcessLookupError
-            worker.send_signal(signal.SIGTERM)
-        except ProcessLookupError:  # gone already (maybe between the look and the signal)
+        ended_on_its_own = worker.returncode is not None
+        if not ended_on_its_own:
+            try:
+                worker.send_signal(signal.SIGTERM)
+            except ProcessLookupError:  # it ended between the look and the signal
+                ended_on_its_own = True
+        if ended_on_its_own:
             self.faults["the worker died on its own"] += 1
         await worker.wait()
         self.api.send_signal(signal.SIGTERM)

@@ -166,11 +166,6 @@ def targets(out: dict) -> dict:
         t["one_invocation_over_pgqueuer"] = {
             "target": f">= {TARGET_OVER_PGQUEUER} (pgqueuer uncapped, same sitting)",
             "value": round(ratio, 2), "met": ratio >= TARGET_OVER_PGQUEUER}
-    pairs = out.get("paired", {})
-    if "ratio_median" in pairs:
-        t["one_invocation_over_pgqueuer_paired"] = {
-            "target": f">= {TARGET_OVER_PGQUEUER} (median of {len(pairs['pairs'])} back-to-back pairs)",
-            "value": round(pairs["ratio_median"], 2), "met": pairs["ratio_median"] >= TARGET_OVER_PGQUEUER}
     head = out.get("drain", {}).get("results", {}).get("mixed batch=25 loop")
     bare = out.get("peers", {}).get("raw_sql", {}).get("drain", {}).get("b=25", {}).get("median_jobs_s")
     if head and pgq:
@@ -187,19 +182,6 @@ def targets(out: dict) -> dict:
 
 
 def table(out: dict) -> list[str]:
-    pairs = out.get("paired", {})
-    lines = []
-    if "ratio_median" in pairs:
-        lines += ["", f"One run-once against pgqueuer uncapped, back to back, {pairs['n']:,} jobs: "
-                      f"{pairs['ratio_median']:.2f}x, median of {len(pairs['pairs'])} pairs "
-                      f"(run-once {pairs['skiplock_jobs_s_median']:,.0f}, pgqueuer {pairs['pgqueuer_jobs_s_median']:,.0f} jobs/s)",
-                  "  each pair: " + " ".join(f"{p['ratio']:.2f}" for p in pairs["pairs"])]
-    elif pairs:
-        lines += ["", f"Paired: {(pairs.get('error') or pairs.get('skipped') or 'no pairs')[:200]}"]
-    return lines + _invocations_table(out)
-
-
-def _invocations_table(out: dict) -> list[str]:
     inv = out.get("invocations", {})
     if "error" in inv:
         return ["", f"Invocations: {inv['error']}"]

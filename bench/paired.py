@@ -19,6 +19,7 @@ import statistics
 import time
 
 from bench import invocations, peers
+from bench.invocations import TARGET_OVER_PGQUEUER
 
 
 async def run(server, *, peers_dir, pairs: int, n: int, cap: float, log=print) -> dict:
@@ -81,3 +82,24 @@ async def run(server, *, peers_dir, pairs: int, n: int, cap: float, log=print) -
         log(f"  one invocation over pgqueuer: {out['ratio_median']:.2f}x, median of {len(out['pairs'])} pairs")
     out["seconds"] = round(time.monotonic() - started, 1)
     return out
+
+
+def targets(out: dict) -> dict:
+    pairs = out.get("paired", {})
+    if "ratio_median" not in pairs:
+        return {}
+    return {"one_invocation_over_pgqueuer_paired": {
+        "target": f">= {TARGET_OVER_PGQUEUER} (median of {len(pairs['pairs'])} back-to-back pairs)",
+        "value": round(pairs["ratio_median"], 2), "met": pairs["ratio_median"] >= TARGET_OVER_PGQUEUER}}
+
+
+def table(out: dict) -> list[str]:
+    pairs = out.get("paired", {})
+    if "ratio_median" in pairs:
+        return ["", f"One run-once against pgqueuer uncapped, back to back, {pairs['n']:,} jobs: "
+                    f"{pairs['ratio_median']:.2f}x, median of {len(pairs['pairs'])} pairs "
+                    f"(run-once {pairs['skiplock_jobs_s_median']:,.0f}, pgqueuer {pairs['pgqueuer_jobs_s_median']:,.0f} jobs/s)",
+                "  each pair: " + " ".join(f"{p['ratio']:.2f}" for p in pairs["pairs"])]
+    if pairs:
+        return ["", f"Paired: {(pairs.get('error') or pairs.get('skipped') or 'no pairs')[:200]}"]
+    return []
