@@ -193,7 +193,7 @@ async def jobs_ls(args, cli) -> str:
     _check_type(cli, args.type)
     async with acting_as_cli(cli.dsn) as db:
         rows = await job_admin.list_jobs(db, job_admin.JobFilter(args.status, args.type, args.lane, args.batch),
-                                         args.after, args.limit + 1)
+                                         args.after[1] if args.after else None, args.limit + 1)
     page = {"data": [row_json(r) for r in rows[:args.limit]],
             "nextCursor": _next_cursor(rows, args.limit, "created_at")}
     return render(page, args.json, lambda p: _page_text(p, JOB_COLUMNS, _job_line, "jobs ls"))

@@ -151,8 +151,10 @@ LOCATION = {"description": "the job's URL, /jobs/{id}", "schema": {"type": "stri
 @router.get("/jobs", response_model=JobPage, summary="List jobs, newest first", responses={200: CACHED},
             openapi_extra={"parameters": JOB_LIST.openapi()})
 async def list_jobs(request: Request) -> Response:
-    """A keyset page of jobs over (created_at, id), newest first. No total: follow
-    nextCursor until it is null. Rows added while paging never repeat or hide older ones."""
+    """A keyset page of jobs, newest first (job ids grow with creation time; the cursor
+    carries the last row's creation time too, as every list's does, and the page goes
+    on from its id). No total: follow nextCursor until it is null. Rows added while
+    paging never repeat or hide older ones."""
     page = JOB_LIST.parse(request)
 
     async def build() -> dict[str, Any]:
@@ -160,7 +162,7 @@ async def list_jobs(request: Request) -> Response:
         rows = await job_admin.list_jobs(
             await pool_of(request),
             job_admin.JobFilter(f["status"], f["type"], f["lane"], f["batch_id"]),
-            page.after, page.limit + 1)
+            page.after[1] if page.after else None, page.limit + 1)
         return page.answer(rows, job_json, lambda r: (r["created_at"], r["id"]))
 
     return await cached_json(request, build)

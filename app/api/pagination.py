@@ -1,6 +1,6 @@
 """Keyset pages for every list route, and the strict query string they take.
 
-A page is newest first over (created_at, id); the answer is
+A page is newest first over (created_at, id) (jobs: over their time-ordered id); the answer is
 
     {"data": [...], "nextCursor": "<opaque>" | null}
 

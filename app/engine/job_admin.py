@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
 
 import asyncpg
 
 from app.engine.queries import query
-
-Keyset = tuple[datetime, uuid.UUID]
 
 
 @dataclass(frozen=True)
@@ -22,11 +19,11 @@ class JobFilter:
     batch_id: uuid.UUID | None = None
 
 
-async def list_jobs(db, where: JobFilter, after: Keyset | None, limit: int) -> list[asyncpg.Record]:
-    """Newest first over (created_at, id), strictly after the keyset `after` when given."""
-    at, last_id = after if after else (None, None)
+async def list_jobs(db, where: JobFilter, after: uuid.UUID | None, limit: int) -> list[asyncpg.Record]:
+    """Newest first by id (job ids grow with creation time), strictly after the job
+    `after` when given."""
     return await db.fetch(query("jobs_list"), where.status, where.type, where.lane,
-                          where.batch_id, at, last_id, limit)
+                          where.batch_id, after, limit)
 
 
 async def get_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
