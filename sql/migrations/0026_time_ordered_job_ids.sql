@@ -11,7 +11,8 @@
 -- Layout: 48 bits of Unix milliseconds, the version (7), 12 bits of the millisecond's
 -- fraction (RFC 9562's method 3: ids ascend to the microsecond of clock_timestamp()),
 -- the variant, 62 random bits. Jobs created before this migration keep their random ids
--- and page in id order among themselves.
+-- (clients hold them): most sort above every new id, so the list shows them first until
+-- pruning or finishing takes them away (docs/queue.md#job-ids).
 
 CREATE FUNCTION time_ordered_uuid() RETURNS uuid
 LANGUAGE sql VOLATILE PARALLEL SAFE AS $$
