@@ -223,12 +223,16 @@ async def test_a_deep_page_reads_the_index_not_the_table(pool):
     await pool.execute("ANALYZE jobs")
     last_id = await pool.fetchval("SELECT id FROM jobs ORDER BY id DESC OFFSET 4000 LIMIT 1")
     async with pool.acquire() as conn:
+        # the plan the pool's connections keep: generic, its parameters unknown
         await conn.execute("SET plan_cache_mode = force_generic_plan")
+        await conn.execute("PREPARE page AS " + query("jobs_list"))
         try:
             plan = "\n".join(r[0] for r in await conn.fetch(
-                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + query("jobs_list"), "done", "t", None, None, last_id, 51))
+                f"EXPLAIN (ANALYZE, COSTS OFF) EXECUTE page('done', 't', NULL, NULL, '{last_id}', 51)"))
         finally:
+            await conn.execute("DEALLOCATE page")
             await conn.execute("RESET plan_cache_mode")
     assert "Index Scan Backward using jobs_pkey" in plan, plan
+    assert "Index Cond: (id < COALESCE($5" in plan, plan  # from the cursor on
     assert "Sort" not in plan, plan
-    assert "rows=51" in plan, plan
+    assert "rows=51" in plan and "Rows Removed by Filter" not in plan, plan

@@ -20,6 +20,7 @@ from app.outreach.campaigns import add_campaign_in, seed_demo
 from app.outreach.commands import add_commands
 from app.outreach.sample import SAMPLE_SITE_URL
 from app.outreach.settings import using_outreach_settings
+from app.outreach.sql import query as outreach_query
 from app.outreach.store import set_plan
 from app.outreach.web import WebClient
 from app.plugin import CommandError
@@ -193,3 +194,28 @@ async def test_the_sample_campaign_keeps_working_when_make_run_moves_to_another_
             assert fetched.outcome == "blocked"
         with using_outreach_settings(patient):
             assert (await WebClient.from_settings(with_list).get(SAMPLE_SITE_URL)).outcome == "ok"
+
+
+async def test_a_deep_page_of_campaigns_reads_the_index_not_the_table(pool):
+    """The keyset is one row comparison that is never NULL, so even a generic plan walks
+    campaigns_listing_idx back from the cursor: no sort of every campaign."""
+    await f.as_system(pool, """INSERT INTO campaigns (name, created_at)
+        SELECT 'c' || g, now() - make_interval(secs => g) FROM generate_series(1, 3000) g""")
+    await pool.execute("ANALYZE campaigns")
+    at, last_id = await pool.fetchrow(
+        "SELECT created_at, id FROM campaigns ORDER BY created_at DESC, id DESC OFFSET 2000 LIMIT 1")
+    async with pool.acquire() as conn:
+        # the plan the API's connections keep: generic, its parameters unknown
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        await conn.execute("PREPARE page AS " + outreach_query("campaigns_page"))
+        try:
+            plan = "\n".join(r[0] for r in await conn.fetch(
+                f"EXPLAIN (ANALYZE, COSTS OFF) EXECUTE page(NULL, '{at.isoformat()}', '{last_id}', 51)"))
+        finally:
+            await conn.execute("DEALLOCATE page")
+            await conn.execute("RESET plan_cache_mode")
+    assert "Index Scan Backward using campaigns_listing_idx" in plan, plan
+    assert "Sort" not in plan, plan
+    # it starts at the cursor, not at the newest row with the 2,000 newer ones filtered away
+    assert "Index Cond: (ROW(created_at, id) < ROW(COALESCE($2" in plan, plan
+    assert "Rows Removed by Filter" not in plan, plan

@@ -1,6 +1,8 @@
 -- A page of campaigns, newest first over (created_at, id): those row-level security lets
 -- the caller see (a user's own; every one with an admin key). $1: only this status, or
--- NULL; $2, $3: after this keyset (created_at, id), or NULL; $4: how many.
+-- NULL; $2, $3: after this keyset (created_at, id), or NULL; $4: how many. The keyset is
+-- one row comparison that is never NULL, so campaigns_listing_idx serves the page from
+-- the cursor on, in generic plans too.
 SELECT c.id, c.name, c.url, c.status, c.created_at,
        u.email AS owner, c.user_id IS NULL AS ownerless, s.plan,
        (SELECT count(*) FROM pages p WHERE p.campaign_id = c.id)::int AS pages_found,
@@ -14,6 +16,7 @@ FROM campaigns c
 LEFT JOIN users u ON u.id = c.user_id
 LEFT JOIN subscriptions s ON s.user_id = c.user_id
 WHERE ($1::text IS NULL OR c.status = $1)
-  AND ($2::timestamptz IS NULL OR (c.created_at, c.id) < ($2, $3::uuid))
+  AND (c.created_at, c.id) < (coalesce($2::timestamptz, 'infinity'),
+                               coalesce($3::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
 ORDER BY c.created_at DESC, c.id DESC
 LIMIT $4
