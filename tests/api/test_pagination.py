@@ -236,3 +236,23 @@ async def test_a_deep_page_reads_the_index_not_the_table(pool):
     assert "Index Cond: (id < COALESCE($5" in plan, plan  # from the cursor on
     assert "Sort" not in plan, plan
     assert "rows=51" in plan and "Rows Removed by Filter" not in plan, plan
+
+
+async def test_a_deep_page_of_the_audit_log_reads_the_index_not_the_table(pool):
+    """The same for the audit log, which only grows."""
+    await pool.execute("""INSERT INTO audit_log (at, actor_kind, table_name, op)
+        SELECT now() - make_interval(secs => g), 'system', 'users', 'INSERT' FROM generate_series(1, 3000) g""")
+    await pool.execute("ANALYZE audit_log")
+    at, last_id = await pool.fetchrow("SELECT at, id FROM audit_log ORDER BY at DESC, id DESC OFFSET 2000 LIMIT 1")
+    async with pool.acquire() as conn:
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        await conn.execute("PREPARE page AS " + query("audit_page"))
+        try:
+            plan = "\n".join(r[0] for r in await conn.fetch(
+                f"EXPLAIN (ANALYZE, COSTS OFF) EXECUTE page('{at.isoformat()}', {last_id}, NULL, 51)"))
+        finally:
+            await conn.execute("DEALLOCATE page")
+            await conn.execute("RESET plan_cache_mode")
+    assert "using audit_log_at_idx" in plan, plan
+    assert "Index Cond: (ROW(at, id) < ROW(COALESCE($1" in plan, plan
+    assert "Sort" not in plan and "Rows Removed by Filter" not in plan, plan
