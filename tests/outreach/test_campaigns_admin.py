@@ -219,3 +219,27 @@ async def test_a_deep_page_of_campaigns_reads_the_index_not_the_table(pool):
     # it starts at the cursor, not at the newest row with the 2,000 newer ones filtered away
     assert "Index Cond: (ROW(created_at, id) < ROW(COALESCE($2" in plan, plan
     assert "Rows Removed by Filter" not in plan, plan
+
+
+@pytest.mark.parametrize("name, order", [("contacts_page", "Backward"), ("contacts_list", "")])
+async def test_a_deep_page_of_contacts_reads_the_index_not_the_campaign(pool, name, order):
+    """A campaign's contacts, newest first (the API) and in the order found (the CLI)."""
+    campaign = await f.campaign(pool)
+    await pool.execute("""INSERT INTO contacts (campaign_id, kind, value, page_url, created_at)
+        SELECT $1, 'email', 'c' || g || '@example.com', 'https://example.com/', now() - make_interval(secs => g)
+        FROM generate_series(1, 3000) g""", campaign)
+    await pool.execute("ANALYZE contacts")
+    at, last_id = await pool.fetchrow(
+        "SELECT created_at, id FROM contacts ORDER BY created_at DESC, id DESC OFFSET 1500 LIMIT 1")
+    async with pool.acquire() as conn:
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        await conn.execute("PREPARE page AS " + outreach_query(name))
+        try:
+            plan = "\n".join(r[0] for r in await conn.fetch(
+                f"EXPLAIN (ANALYZE, COSTS OFF) EXECUTE page('{campaign}', '{at.isoformat()}', '{last_id}', 51)"))
+        finally:
+            await conn.execute("DEALLOCATE page")
+            await conn.execute("RESET plan_cache_mode")
+    assert f"Index Scan {order} using contacts_listing_idx".replace("  ", " ") in plan, plan
+    assert "COALESCE($2" in plan.split("Index Cond:")[1].split("\n")[0], plan
+    assert "Sort" not in plan and "Rows Removed by Filter" not in plan, plan
