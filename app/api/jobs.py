@@ -162,7 +162,8 @@ async def list_jobs(request: Request) -> Response:
         rows = await job_admin.list_jobs(
             await pool_of(request),
             job_admin.JobFilter(f["status"], f["type"], f["lane"], f["batch_id"]),
-            page.after[1] if page.after else None, page.limit + 1)
+            page.after[1] if page.after else None, page.limit + 1,
+            own_lanes=not request.state.actor.is_admin)
         return page.answer(rows, job_json, lambda r: (r["created_at"], r["id"]))
 
     return await cached_json(request, build)

@@ -1,0 +1,43 @@
+-- GET /jobs for a tenant: the page of jobs_list.sql, read lane by lane. Row-level
+-- security on lanes gives the caller's own lanes (the lanes its jobs can be in); each
+-- gives its newest $6 after the cursor off jobs_lane_list_idx, which leaves running jobs
+-- out. Those are only as many as the runs hold, so they are read apart (every tenant's,
+-- off jobs_running_idx; row-level security keeps the caller's). The page is the newest $6
+-- of both: a page never reads another tenant's pending or finished jobs. Same parameters
+-- as jobs_list.sql: $1 status, $2 type, $3 lane, $4 batch (each optional), $5 the
+-- cursor's job, $6 how many.
+SELECT *
+FROM (
+    SELECT j.*
+    FROM lanes l
+    CROSS JOIN LATERAL (
+        SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
+               run_id, batch_id, lane, total, progress, created_at, finished_at
+        FROM jobs
+        WHERE lane >= l.id AND lane <= l.id  -- the lane, without an equality: see the ORDER BY
+          AND lane <> '00000000-0000-0000-0000-000000000000' AND status <> 'running'
+          AND id < coalesce($5::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff')
+          AND ($1::text IS NULL OR status = $1)
+          AND ($2::text IS NULL OR type = $2)
+          AND ($4::uuid IS NULL OR batch_id = $4)
+        -- One lane, newest first, in the lane index's order. Were the lane named by an
+        -- equality, the planner would treat it as fixed and drop it from this order, and a
+        -- generic plan could then walk the primary key instead, betting (on a lane with half
+        -- the table) that the lane's rows come soon: it read 300,000 of another tenant's
+        -- jobs to find a tenant's ten.
+        ORDER BY lane DESC, id DESC
+        LIMIT $6
+    ) j
+    WHERE ($3::uuid IS NULL OR l.id = $3)
+    UNION ALL
+    SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
+           run_id, batch_id, lane, total, progress, created_at, finished_at
+    FROM jobs
+    WHERE status = 'running' AND ($1::text IS NULL OR $1 = 'running')
+      AND id < coalesce($5::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff')
+      AND ($2::text IS NULL OR type = $2)
+      AND ($3::uuid IS NULL OR lane = $3)
+      AND ($4::uuid IS NULL OR batch_id = $4)
+) page
+ORDER BY id DESC
+LIMIT $6
