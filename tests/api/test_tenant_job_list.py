@@ -13,6 +13,7 @@ from app.engine.jobs import DEFAULT_LANE
 from app.engine.queries import query
 from app.engine.tenancy import tenant_transaction
 from tests import factories as f
+from tests.plans import generic_plan
 from tests.api.test_pagination import page_through
 
 
@@ -72,12 +73,7 @@ async def test_a_page_reads_the_callers_lanes_not_other_tenants_jobs(pool):
     await pool.execute("ANALYZE jobs")
     actor = await accounts.authenticate(pool, alice)
     async with tenant_transaction(pool, actor) as conn:
-        # the plan the API's connections keep: generic, its parameters unknown
-        await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        await conn.execute("PREPARE page AS " + query("jobs_list_own_lanes"))
-        plan = "\n".join(r[0] for r in await conn.fetch(
-            "EXPLAIN (ANALYZE, COSTS OFF) EXECUTE page(NULL, NULL, NULL, NULL, NULL, 51)"))
-        await conn.execute("DEALLOCATE page")
+        plan = await generic_plan(conn, query("jobs_list_own_lanes"), None, None, None, None, None, 51)
     assert "jobs_lane_list_idx" in plan, plan
     assert "jobs_pkey" not in plan and "Seq Scan on jobs" not in plan, plan
     # none of bob's 5,000 was read and dropped: no scan of jobs filters any row away

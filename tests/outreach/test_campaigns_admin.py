@@ -25,6 +25,7 @@ from app.outreach.store import set_plan
 from app.outreach.web import WebClient
 from app.plugin import CommandError
 from tests import factories as f
+from tests.plans import generic_plan
 from tests.outreach.conftest import example_settings, reachable, run, settings
 from tests.outreach.servers import ServerThread
 from tests.outreach.test_sample_site import mounted_app
@@ -205,15 +206,7 @@ async def test_a_deep_page_of_campaigns_reads_the_index_not_the_table(pool):
     at, last_id = await pool.fetchrow(
         "SELECT created_at, id FROM campaigns ORDER BY created_at DESC, id DESC OFFSET 2000 LIMIT 1")
     async with pool.acquire() as conn:
-        # the plan the API's connections keep: generic, its parameters unknown
-        await conn.execute("SET plan_cache_mode = force_generic_plan")
-        await conn.execute("PREPARE page AS " + outreach_query("campaigns_page"))
-        try:
-            plan = "\n".join(r[0] for r in await conn.fetch(
-                f"EXPLAIN (ANALYZE, COSTS OFF) EXECUTE page(NULL, '{at.isoformat()}', '{last_id}', 51)"))
-        finally:
-            await conn.execute("DEALLOCATE page")
-            await conn.execute("RESET plan_cache_mode")
+        plan = await generic_plan(conn, outreach_query("campaigns_page"), None, at, last_id, 51)
     assert "Index Scan Backward using campaigns_listing_idx" in plan, plan
     assert "Sort" not in plan, plan
     # it starts at the cursor, not at the newest row with the 2,000 newer ones filtered away
@@ -232,14 +225,7 @@ async def test_a_deep_page_of_contacts_reads_the_index_not_the_campaign(pool, na
     at, last_id = await pool.fetchrow(
         "SELECT created_at, id FROM contacts ORDER BY created_at DESC, id DESC OFFSET 1500 LIMIT 1")
     async with pool.acquire() as conn:
-        await conn.execute("SET plan_cache_mode = force_generic_plan")
-        await conn.execute("PREPARE page AS " + outreach_query(name))
-        try:
-            plan = "\n".join(r[0] for r in await conn.fetch(
-                f"EXPLAIN (ANALYZE, COSTS OFF) EXECUTE page('{campaign}', '{at.isoformat()}', '{last_id}', 51)"))
-        finally:
-            await conn.execute("DEALLOCATE page")
-            await conn.execute("RESET plan_cache_mode")
+        plan = await generic_plan(conn, outreach_query(name), campaign, at, last_id, 51)
     assert f"Index Scan {order} using contacts_listing_idx".replace("  ", " ") in plan, plan
     assert "COALESCE($2" in plan.split("Index Cond:")[1].split("\n")[0], plan
     assert "Sort" not in plan and "Rows Removed by Filter" not in plan, plan
