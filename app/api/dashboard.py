@@ -94,11 +94,12 @@ async def stats(request: Request) -> JSONResponse:
     db = await pool_of(request)
     room = store.SYSTEM_ROOM if actor.is_admin else f"account:{actor.user_id}"
     head = await store.room_head(db, room)
-    queue, totals = _queue_json(await db.fetch(query("dashboard_queue")))
+    own_lanes = not actor.is_admin  # a tenant's rows come lane by lane from its own lanes
+    queue, totals = _queue_json(await db.fetch(query("dashboard_queue"), own_lanes))
     lanes = [{"lane": str(r["lane"]), "pending": r["pending"], "running": r["running"],
               "priority": r["priority"], "paused": r["paused"],
               "owner": str(r["owner_id"]) if r["owner_id"] else None}
-             for r in await db.fetch(query("dashboard_lanes"), LANES_SHOWN)]
+             for r in await db.fetch(query("dashboard_lanes"), LANES_SHOWN, own_lanes)]
     runs = [run_json(r) for r in await run_log.list_runs(db, stop_reason=None, trigger=None, after=None,
                                                           limit=RUNS_SHOWN)]
     chart = [{"run": str(r["id"]), "startedAt": iso(r["started_at"]), "done": r["jobs_done"],
@@ -107,7 +108,7 @@ async def stats(request: Request) -> JSONResponse:
     trouble = [{"id": str(r["id"]), "type": r["type"], "status": r["status"], "attempts": r["attempts"],
                 "lastError": r["last_error"], "runAfter": iso(r["run_after"]),
                 "finishedAt": iso(r["finished_at"]), "lane": str(r["lane"])}
-               for r in await db.fetch(query("dashboard_trouble"), FAILED_SHOWN)]
+               for r in await db.fetch(query("dashboard_trouble"), FAILED_SHOWN, own_lanes)]
     batches = [{"id": str(r["id"]), "status": r["status"], "createdAt": iso(r["created_at"]),
                 "finishedAt": iso(r["finished_at"]), "jobs": r["jobs"], "done": r["done"], "failed": r["failed"],
                 "total": r["total"], "progress": r["progress"]}

@@ -1,13 +1,41 @@
 -- The dashboard's queue, per job type: ready (pending and due), waiting (pending, not
 -- yet due), running, and the done and failed of the last day, with the age in seconds of
--- the oldest job that is due and waiting. Open jobs come off the partial indexes,
--- finished ones off jobs_finished_idx: never a scan of the whole history. Row-level
--- security keeps a tenant to its own jobs.
+-- the oldest job that is due and waiting. Row-level security keeps a tenant to its own jobs.
+--
+-- Where the rows come from depends on $1, whether the caller reads its own lanes (a
+-- tenant) or all of them (an admin); the other branch is switched off before it runs.
+-- All: open jobs off the partial indexes, finished ones off jobs_finished_idx, never a
+-- scan of the whole history. Own lanes: lane by lane from the caller's lanes (row-level
+-- security on lanes picks them), open jobs off jobs_open_dedupe_uq and finished ones off
+-- jobs_lane_list_idx, so a tenant's dashboard never reads another tenant's jobs. The
+-- lane is named by a one-value range, not an equality: the planner takes an equality with
+-- an unknown lane to match 1/(lanes) of the table, which on a table with few lanes made
+-- a scan of every finished job look cheaper than the lane's index (300,000 read for 13).
 WITH j AS (
-    SELECT type, status, run_after FROM jobs WHERE status IN ('pending', 'running')
+    SELECT type, status, run_after FROM jobs WHERE NOT $1::boolean AND status IN ('pending', 'running')
     UNION ALL
     SELECT type, status, NULL FROM jobs
-    WHERE status IN ('done', 'failed') AND finished_at > now() - interval '1 day'
+    WHERE NOT $1 AND status IN ('done', 'failed') AND finished_at > now() - interval '1 day'
+    UNION ALL
+    SELECT o.type, o.status, o.run_after
+    FROM lanes l
+    CROSS JOIN LATERAL (
+        SELECT type, status, run_after FROM jobs
+        WHERE lane >= l.id AND lane <= l.id AND status IN ('pending', 'running')
+        OFFSET 0  -- lane by lane: not flattened into a join against every open job
+    ) o
+    WHERE $1
+    UNION ALL
+    SELECT f.type, f.status, NULL
+    FROM lanes l
+    CROSS JOIN LATERAL (
+        SELECT type, status FROM jobs
+        WHERE lane >= l.id AND lane <= l.id
+          AND lane <> '00000000-0000-0000-0000-000000000000' AND status <> 'running'
+          AND status IN ('done', 'failed') AND finished_at > now() - interval '1 day'
+        OFFSET 0
+    ) f
+    WHERE $1
 )
 SELECT type,
        count(*) FILTER (WHERE status = 'pending' AND run_after <= now())::int AS ready,

@@ -1,9 +1,11 @@
-"""A tenant's GET /jobs reads its own lanes, not the whole table: the same rows and pages
-as the admin's list narrowed to those lanes, at a cost that does not grow with another
-tenant's jobs."""
+"""What a tenant reads comes from its own lanes, not the whole table: GET /jobs (the same
+rows and pages as the admin's list narrowed to those lanes) and the dashboard's queue,
+busiest lanes and jobs in trouble (the same answers as row-level security filtering every
+job), at a cost that does not grow with another tenant's jobs."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from serving_kit import Recorder
@@ -82,3 +84,40 @@ async def test_a_page_reads_the_callers_lanes_not_other_tenants_jobs(pool):
         if " on jobs " in line:
             details = [x for x in lines[i + 1:] if "->" not in x][:6]
             assert not any("Rows Removed by Filter" in x for x in details), plan
+
+
+DASHBOARD = [("dashboard_queue", ()), ("dashboard_lanes", (10,)), ("dashboard_trouble", (10,))]
+
+
+async def test_a_tenants_dashboard_reads_its_own_lanes_with_the_same_answers(pool):
+    alice, alice_lanes = await _tenant(pool, "alice@a.example", 3)
+    _, bob_lanes = await _tenant(pool, "bob@b.example", 1)
+    for i, lane in enumerate(alice_lanes):
+        await f.jobs(pool, "record", 4 + i, lane=lane)
+        await f.jobs(pool, "export", 2, lane=lane)
+    a0, a1, a2 = alice_lanes
+    # every state the dashboard counts: waiting, running, done today and long ago, failed, retrying
+    await pool.execute("UPDATE jobs SET run_after = now() + interval '1 hour' WHERE lane = $1 AND type = 'export'", a0)
+    await pool.execute("UPDATE jobs SET status = 'running', locked_at = now(), attempts = 1 "
+                       "WHERE lane = $1 AND type = 'export'", a1)
+    await pool.execute("UPDATE jobs SET status = 'done', finished_at = now() - make_interval(days => (id < $2)::int * 3) "
+                       "WHERE lane = $1 AND type = 'record'", a1, (await f.jobs(pool, "record", 1, lane=a1))[0])
+    await pool.execute("UPDATE jobs SET status = 'failed', finished_at = now(), last_error = 'boom', attempts = 3 "
+                       "WHERE lane = $1 AND type = 'export'", a2)
+    await pool.execute("UPDATE jobs SET last_error = 'try again', attempts = 1, run_after = now() + interval '5 minutes' "
+                       "WHERE id IN (SELECT id FROM jobs WHERE lane = $1 AND type = 'record' LIMIT 2)", a2)
+    await pool.execute("""INSERT INTO jobs (type, lane, status, finished_at, last_error)
+        SELECT 'record', $1, CASE WHEN g % 10 = 0 THEN 'failed' ELSE 'done' END, now(), 'bob' FROM generate_series(1, 3000) g""",
+                       bob_lanes[0])
+    await pool.execute("INSERT INTO jobs (type, lane) SELECT 'record', $1 FROM generate_series(1, 2000) g", bob_lanes[0])
+    await pool.execute("ANALYZE jobs")
+    actor = await accounts.authenticate(pool, alice)
+    async with tenant_transaction(pool, actor) as conn:
+        for name, args in DASHBOARD:
+            # the reference: every job, row-level security dropping bob's (the admin's branch)
+            everything = [dict(r) for r in await conn.fetch(query(name), *args, False)]
+            own = [dict(r) for r in await conn.fetch(query(name), *args, True)]
+            assert own == everything and own, name
+            plan = await generic_plan(conn, query(name), *args, True)
+            removed = [int(n) for n in re.findall(r"Rows Removed by Filter: (\d+)", plan)]
+            assert all(n < 100 for n in removed), plan  # bob's 5,000 are never read
