@@ -237,7 +237,8 @@ async def list_campaigns(request: Request) -> dict[str, Any]:
     over (created_at, id); no total: follow nextCursor until it is null."""
     page = CAMPAIGN_LIST.parse(request)
     rows = await store.list_campaigns(await pool_of(request), status=page.filters["status"],
-                                      after=page.after, limit=page.limit + 1)
+                                      after=page.after, limit=page.limit + 1,
+                                      own=not request.state.actor.is_admin)
     return page.answer(rows, listed_json, lambda r: (r["created_at"], r["id"]))
 
 

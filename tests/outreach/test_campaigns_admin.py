@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import uuid
 import httpx
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from app.api import create_app
 from app.engine import accounts
 from app.engine.queries import SQL_DIR
-from app.engine.tenancy import act_as
+from app.engine.tenancy import act_as, tenant_transaction
 from app.outreach import BRIEF_STAGE, STAGES
 from app.outreach.campaigns import add_campaign_in, seed_demo
 from app.outreach.commands import add_commands
@@ -206,9 +207,10 @@ async def test_a_deep_page_of_campaigns_reads_the_index_not_the_table(pool):
     at, last_id = await pool.fetchrow(
         "SELECT created_at, id FROM campaigns ORDER BY created_at DESC, id DESC OFFSET 2000 LIMIT 1")
     async with pool.acquire() as conn:
-        plan = await generic_plan(conn, outreach_query("campaigns_page"), None, at, last_id, 51)
+        plan = await generic_plan(conn, outreach_query("campaigns_page"), None, at, last_id, 51, False)
     assert "Index Scan Backward using campaigns_listing_idx" in plan, plan
-    assert "Sort" not in plan, plan
+    # the page's rows in order (a sort of the page's at most 51, not of every campaign)
+    assert all(int(n) <= 51 for n in re.findall(r"Sort \(actual[^\n]*rows=(\d+)", plan)), plan
     # it starts at the cursor, not at the newest row with the 2,000 newer ones filtered away
     assert "Index Cond: (ROW(created_at, id) < ROW(COALESCE($2" in plan, plan
     assert "Rows Removed by Filter" not in plan, plan
@@ -229,3 +231,34 @@ async def test_a_deep_page_of_contacts_reads_the_index_not_the_campaign(pool, na
     assert f"Index Scan {order} using contacts_listing_idx".replace("  ", " ") in plan, plan
     assert "COALESCE($2" in plan.split("Index Cond:")[1].split("\n")[0], plan
     assert "Sort" not in plan and "Rows Removed by Filter" not in plan, plan
+
+
+async def test_a_tenants_campaign_page_reads_its_own_campaigns(pool):
+    """The same rows as row-level security leaves of every campaign, read off the owner's
+    index: none of another tenant's 3,000 campaigns is read."""
+    alice = await f.api_key(pool, "alice@a.example", plan="pro")
+    owner = (await accounts.authenticate(pool, alice)).user_id
+    mine = [await f.campaign(pool, owner, name=f"a{i}") for i in range(7)]
+    paused = await f.campaign(pool, owner, status="paused", name="a-paused")
+    bob = await f.user(pool, "pro")
+    await f.as_system(pool, """INSERT INTO campaigns (user_id, name, created_at)
+        SELECT $1, 'b' || g, now() - make_interval(secs => g) FROM generate_series(1, 3000) g""", bob)
+    await pool.execute("ANALYZE campaigns")
+    async with tenant_transaction(pool, await accounts.authenticate(pool, alice)) as conn:
+        for status in (None, "active", "paused"):
+            pages = {}
+            for own in (False, True):
+                seen, after = [], (None, None)
+                while True:
+                    rows = await conn.fetch(outreach_query("campaigns_page"), status, *after, 3, own)
+                    seen += [r["id"] for r in rows]
+                    if len(rows) < 3:
+                        break
+                    after = (rows[-1]["created_at"], rows[-1]["id"])
+                pages[own] = seen
+            assert pages[True] == pages[False], status
+            assert set(pages[True]) == {None: {*mine, paused}, "active": set(mine), "paused": {paused}}[status]
+        plan = await generic_plan(conn, outreach_query("campaigns_page"), None, None, None, 51, True)
+    assert "campaigns_owner_listing_idx" in plan, plan
+    removed = [int(n) for n in re.findall(r"Rows Removed by Filter: (\d+)", plan)]
+    assert all(n < 100 for n in removed), plan

@@ -1,8 +1,28 @@
 -- A page of campaigns, newest first over (created_at, id): those row-level security lets
 -- the caller see (a user's own; every one with an admin key). $1: only this status, or
--- NULL; $2, $3: after this keyset (created_at, id), or NULL; $4: how many. The keyset is
--- one row comparison that is never NULL, so campaigns_listing_idx serves the page from
--- the cursor on, in generic plans too.
+-- NULL; $2, $3: after this keyset (created_at, id), or NULL; $4: how many; $5: the caller
+-- is a tenant. The keyset is one row comparison that is never NULL.
+--
+-- An admin's page walks campaigns_listing_idx from the cursor on. A tenant's reads its
+-- own campaigns off campaigns_owner_listing_idx (the owner named by a one-value range, so
+-- the planner keeps to that index's order), never another tenant's. The branch not taken
+-- is switched off before it runs.
+WITH page AS (
+    (SELECT c.* FROM campaigns c
+     WHERE NOT $5::boolean AND ($1::text IS NULL OR c.status = $1)
+       AND (c.created_at, c.id) < (coalesce($2::timestamptz, 'infinity'),
+                                   coalesce($3::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+     ORDER BY c.created_at DESC, c.id DESC
+     LIMIT $4)
+    UNION ALL
+    (SELECT c.* FROM campaigns c
+     WHERE $5 AND c.user_id >= (SELECT app_user_id()) AND c.user_id <= (SELECT app_user_id())
+       AND ($1 IS NULL OR c.status = $1)
+       AND (c.created_at, c.id) < (coalesce($2, 'infinity'),
+                                   coalesce($3, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+     ORDER BY c.user_id DESC, c.created_at DESC, c.id DESC
+     LIMIT $4)
+)
 SELECT c.id, c.name, c.url, c.status, c.created_at,
        u.email AS owner, c.user_id IS NULL AS ownerless, s.plan,
        (SELECT count(*) FROM pages p WHERE p.campaign_id = c.id)::int AS pages_found,
@@ -12,11 +32,7 @@ SELECT c.id, c.name, c.url, c.status, c.created_at,
            AS pages_queued,
        (SELECT count(*) FROM contacts k WHERE k.campaign_id = c.id)::int AS contacts,
        (SELECT count(*) FROM drafts d WHERE d.campaign_id = c.id)::int AS drafts
-FROM campaigns c
+FROM page c
 LEFT JOIN users u ON u.id = c.user_id
 LEFT JOIN subscriptions s ON s.user_id = c.user_id
-WHERE ($1::text IS NULL OR c.status = $1)
-  AND (c.created_at, c.id) < (coalesce($2::timestamptz, 'infinity'),
-                               coalesce($3::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
 ORDER BY c.created_at DESC, c.id DESC
-LIMIT $4
