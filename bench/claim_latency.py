@@ -34,7 +34,6 @@ import asyncio
 import os
 import statistics
 import time
-import uuid
 
 import asyncpg
 
@@ -44,6 +43,7 @@ from app.engine.jobs import Lease
 from app.engine.queries import query
 
 from bench import fixtures
+from bench.explain import explain
 from bench.server import connect_like_pool
 
 TYPE = "work"
@@ -131,6 +131,11 @@ def _summary(lat: list[float]) -> dict:
             "max_ms": round(max(lat), 3), "samples": len(lat)}
 
 
+async def _plan(conn, sql: str, args: tuple, mode: str = "force_generic_plan") -> str:
+    """The plan as the results keep it: with costs and buffers (bench/explain.py)."""
+    return await explain(conn, sql, args, mode=mode, options="ANALYZE, BUFFERS")
+
+
 async def _sample(conn, call, warmup: int, samples: int, cap: float, want: int,
                   raw: list[float] | None = None) -> dict | None:
     """Time `call` inside BEGIN ... ROLLBACK, warmup + samples times (stopping early
@@ -153,39 +158,6 @@ async def _sample(conn, call, warmup: int, samples: int, cap: float, want: int,
     if raw is not None:
         raw.extend(lat)
     return _summary(lat) if lat else None
-
-
-async def _explain(conn, sql: str, args: tuple, mode: str = "force_generic_plan") -> str:
-    """EXPLAIN (ANALYZE, BUFFERS) of the statement with these parameter values, rolled back.
-
-    mode: plan_cache_mode for it. force_generic_plan is what the pipeline's pool runs
-    with; force_custom_plan is the plan made for these very values, what PostgreSQL's
-    default (auto) kept choosing for the claim."""
-    tr = conn.transaction()
-    await tr.start()
-    try:
-        await conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
-        await conn.execute(f"PREPARE bench_explain AS {sql}")
-        literals = ", ".join(_literal(a) for a in args)
-        # A plain EXPLAIN first builds (and keeps) the generic plan, so the Planning Time
-        # below is what a call pays on a connection that has run the claim before; a
-        # custom plan is made again for every call either way.
-        await conn.fetch(f"EXPLAIN EXECUTE bench_explain({literals})")
-        rows = await conn.fetch(f"EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_explain({literals})")
-    finally:
-        await tr.rollback()
-        await conn.execute("DEALLOCATE bench_explain")
-    return "\n".join(r[0] for r in rows)
-
-
-def _literal(value) -> str:
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    if isinstance(value, uuid.UUID):
-        return f"'{value}'::uuid"
-    if isinstance(value, list) and not value:
-        return "'{}'"  # the claim's empty id arrays: nothing to finish first
-    return repr(value)
 
 
 async def _load_done(dsn: str, first: int, n: int, fast_path: bool, loaders: int) -> float:
@@ -324,11 +296,11 @@ async def run(server, *, sizes: list[int], pending: int, warmup: int, samples: i
                     f"  ({r['samples']} samples)")
         for t in targets:
             args = (TYPE, 25, t.run_id, LEASE.lease_seconds, LEASE.max_attempts, [], [], [])
-            out["plans"][f"fair done={t.size}"] = await _explain(t.conn, query("claim"), args)
-            out["plans"][f"fair done={t.size} custom"] = await _explain(
+            out["plans"][f"fair done={t.size}"] = await _plan(t.conn, query("claim"), args)
+            out["plans"][f"fair done={t.size} custom"] = await _plan(
                 t.conn, query("claim"), args, mode="force_custom_plan")
             if t.size in naive_sizes:
-                out["plans"][f"naive done={t.size}"] = await _explain(
+                out["plans"][f"naive done={t.size}"] = await _plan(
                     t.naive_conn, NAIVE_CLAIM, (TYPE, 25, t.run_id), mode="auto")
     finally:
         for t in targets:
@@ -395,8 +367,8 @@ async def run_lanes(server, *, shapes: list[tuple[int, int]], pending: int, warm
             log(f"    campaigns={total:>8,} lanes with work={r['lanes_with_work']:>8,}: fair claim p50 "
                 f"{r['p50_ms']:6.2f} ms  p95 {r['p95_ms']:6.2f} ms")
             args = (TYPE, 25, run_id, LEASE.lease_seconds, LEASE.max_attempts, [], [], [])
-            out["plans"][f"campaigns={total} lanes={lanes}"] = await _explain(conn, query("claim"), args)
-            out["plans_custom"][f"campaigns={total} lanes={lanes}"] = await _explain(
+            out["plans"][f"campaigns={total} lanes={lanes}"] = await _plan(conn, query("claim"), args)
+            out["plans_custom"][f"campaigns={total} lanes={lanes}"] = await _plan(
                 conn, query("claim"), args, mode="force_custom_plan")
     finally:
         if conn is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from app.engine.queries import query
+from bench.explain import explain
 from tests import factories as f
 
 DONE_ROWS = 20_000
@@ -90,17 +91,9 @@ async def explain_claim(pool, run_id, mode: str) -> dict:
     """EXPLAIN ANALYZE of the claim of 25 as a prepared statement under plan_cache_mode
     `mode` (the pool forces the generic plan), rolled back."""
     async with pool.acquire() as conn:
-        tr = conn.transaction()
-        await tr.start()
-        try:
-            await conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
-            await conn.execute("PREPARE claim_plan AS " + query("claim"))
-            raw = await conn.fetchval(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_plan('t', 25, '{run_id}', 900.0, 3, '{{}}', '{{}}', '{{}}')")
-        finally:
-            await tr.rollback()
-            await conn.execute("DEALLOCATE claim_plan")
-    return (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+        raw = await explain(conn, query("claim"), ("t", 25, run_id, 900.0, 3, [], [], []),
+                            mode=mode, options="ANALYZE, FORMAT JSON")
+    return json.loads(raw)[0]["Plan"]
 
 
 async def test_claim_reads_a_few_lane_rows_however_many_lanes_have_work(pool):

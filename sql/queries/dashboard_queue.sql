@@ -31,7 +31,7 @@ WITH j AS (
     CROSS JOIN LATERAL (
         SELECT type, status FROM jobs
         WHERE lane >= l.id AND lane <= l.id
-          AND lane <> '00000000-0000-0000-0000-000000000000' AND status <> 'running'
+          AND lane <> '00000000-0000-0000-0000-000000000000'
           AND status IN ('done', 'failed') AND finished_at > now() - interval '1 day'
         OFFSET 0
     ) f

@@ -20,7 +20,7 @@ UNION ALL
      SELECT id, type, status, attempts, last_error, run_after, finished_at, lane FROM jobs
      -- the lane's rows: see dashboard_queue.sql for why a one-value range
      WHERE lane >= l.id AND lane <= l.id
-       AND lane <> '00000000-0000-0000-0000-000000000000' AND status <> 'running' AND status = 'failed'
+       AND lane <> '00000000-0000-0000-0000-000000000000' AND status = 'failed'
      ORDER BY lane, finished_at DESC NULLS LAST  -- the lane, so jobs_finished_idx cannot serve it
      LIMIT $1
  ) f

@@ -15,8 +15,8 @@ from serving_kit import AUTH, Recorder, assert_error, make_settings
 
 from app.engine import jobs as q
 from app.engine.queries import query
+from bench.explain import explain
 from tests import factories as f
-from tests.plans import generic_plan
 
 LIST_ROUTES = ["/jobs", "/runs"]
 
@@ -224,7 +224,7 @@ async def test_a_deep_page_reads_the_index_not_the_table(pool):
     await pool.execute("ANALYZE jobs")
     last_id = await pool.fetchval("SELECT id FROM jobs ORDER BY id DESC OFFSET 4000 LIMIT 1")
     async with pool.acquire() as conn:
-        plan = await generic_plan(conn, query("jobs_list"), "done", "t", None, None, last_id, 51)
+        plan = await explain(conn, query("jobs_list"), ("done", "t", None, None, last_id, 51))
     assert "Index Scan Backward using jobs_pkey" in plan, plan
     assert "Index Cond: (id < COALESCE($5" in plan, plan  # from the cursor on
     assert "Sort" not in plan, plan
@@ -238,7 +238,7 @@ async def test_a_deep_page_of_the_audit_log_reads_the_index_not_the_table(pool):
     await pool.execute("ANALYZE audit_log")
     at, last_id = await pool.fetchrow("SELECT at, id FROM audit_log ORDER BY at DESC, id DESC OFFSET 2000 LIMIT 1")
     async with pool.acquire() as conn:
-        plan = await generic_plan(conn, query("audit_page"), at, last_id, None, 51)
+        plan = await explain(conn, query("audit_page"), (at, last_id, None, 51))
     assert "using audit_log_at_idx" in plan, plan
     assert "Index Cond: (ROW(at, id) < ROW(COALESCE($1" in plan, plan
     assert "Sort" not in plan and "Rows Removed by Filter" not in plan, plan

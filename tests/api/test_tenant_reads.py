@@ -5,7 +5,6 @@ job), at a cost that does not grow with another tenant's jobs."""
 
 from __future__ import annotations
 
-import re
 import uuid
 
 from serving_kit import Recorder
@@ -14,8 +13,8 @@ from app.engine import accounts
 from app.engine.jobs import DEFAULT_LANE
 from app.engine.queries import query
 from app.engine.tenancy import tenant_transaction
+from bench.explain import explain, rows_filtered_away
 from tests import factories as f
-from tests.plans import generic_plan
 from tests.api.test_pagination import page_through
 
 
@@ -75,7 +74,7 @@ async def test_a_page_reads_the_callers_lanes_not_other_tenants_jobs(pool):
     await pool.execute("ANALYZE jobs")
     actor = await accounts.authenticate(pool, alice)
     async with tenant_transaction(pool, actor) as conn:
-        plan = await generic_plan(conn, query("jobs_list_own_lanes"), None, None, None, None, None, 51)
+        plan = await explain(conn, query("jobs_list_own_lanes"), (None, None, None, None, None, 51))
     assert "jobs_lane_list_idx" in plan, plan
     assert "jobs_pkey" not in plan and "Seq Scan on jobs" not in plan, plan
     # none of bob's 5,000 was read and dropped: no scan of jobs filters any row away
@@ -118,6 +117,6 @@ async def test_a_tenants_dashboard_reads_its_own_lanes_with_the_same_answers(poo
             everything = [dict(r) for r in await conn.fetch(query(name), *args, False)]
             own = [dict(r) for r in await conn.fetch(query(name), *args, True)]
             assert own == everything and own, name
-            plan = await generic_plan(conn, query(name), *args, True)
-            removed = [int(n) for n in re.findall(r"Rows Removed by Filter: (\d+)", plan)]
+            plan = await explain(conn, query(name), (*args, True))
+            removed = rows_filtered_away(plan)
             assert all(n < 100 for n in removed), plan  # bob's 5,000 are never read
