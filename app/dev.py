@@ -202,7 +202,7 @@ def dev_overrides(settings: Settings, plugins: list[Plugin]) -> dict:
     return out
 
 
-async def serve(settings: Settings, plugins: list[Plugin], signals: "_Signals") -> None:
+async def serve(settings: Settings, plugins: list[Plugin], signals: "_Signals", *, embedded: bool) -> None:
     conn = await connect(settings.database_direct_url or settings.database_url)  # a session: not the pooler
     try:
         applied = await migrate(conn, [p.name for p in plugins])
@@ -210,6 +210,11 @@ async def serve(settings: Settings, plugins: list[Plugin], signals: "_Signals") 
         await conn.close()
     if applied:
         log.info("applied migrations: %s", ", ".join(applied))
+    if embedded and not settings.tenant_database_url:
+        # tenants' requests on a login that is no more than the API role, as a deployment should
+        from app.devdb import local_tenant_login_url
+        settings = settings.model_copy(update={
+            "tenant_database_url": await local_tenant_login_url(Path(settings.local_data_dir))})
     app = create_app(settings, plugins=plugins)
     runtime: Runtime = app.state.runtime
     pool = await runtime.pool()
@@ -279,7 +284,7 @@ def main() -> int:
         settings = load_settings(**{**settings.model_dump(), "database_url": dsn, "cron_secret": secret,
                                     **dev_overrides(settings, plugins)})
         print(banner(settings, secret, dsn, data_dir if local else None), flush=True)
-        asyncio.run(serve(settings, plugins, signals))
+        asyncio.run(serve(settings, plugins, signals, embedded=local is not None))
     except KeyboardInterrupt:
         pass
     except (DevError, LocalPostgresError) as exc:

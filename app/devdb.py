@@ -38,6 +38,9 @@ from urllib.parse import quote
 SYSTEM_USER = "skiplock_pg"
 SUPERUSER = "postgres"
 PASSWORD_FILE = "pg-password"
+# `make run` serves tenant requests as this login (a member of skiplock_api only)
+TENANT_LOGIN = "skiplock_tenant"
+TENANT_PASSWORD_FILE = "pg-tenant-password"
 RELOAD_SECONDS = 10.0
 
 # What pg_hba.conf says once the server requires passwords (initdb writes the same rules
@@ -130,19 +133,31 @@ class LocalPostgres:
 
     def password(self) -> str:
         """The superuser's password: generated on first use into the data folder, then kept."""
-        try:
-            kept = self.password_path.read_text().strip()
-        except FileNotFoundError:
-            kept = ""
+        kept = self._kept(self.password_path)
         if kept:
             return kept
         if (self._pgdata / "PG_VERSION").exists() and not self.trusts_connections():
             raise LocalPostgresError(
                 f"{self._pgdata} requires a password, and {self.password_path} (where it was kept) is "
                 f"missing or empty; stop that server and delete {self._pgdata} to start afresh")
+        return self._new_secret(self.password_path)
+
+    def tenant_password(self) -> str:
+        """The tenant login's password (TENANT_LOGIN): made once, kept beside the other."""
+        return self._kept(self.data_dir / TENANT_PASSWORD_FILE) or self._new_secret(
+            self.data_dir / TENANT_PASSWORD_FILE)
+
+    @staticmethod
+    def _kept(path: Path) -> str:
+        try:
+            return path.read_text().strip()
+        except FileNotFoundError:
+            return ""
+
+    def _new_secret(self, path: Path) -> str:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._write_private(self.password_path, secrets.token_urlsafe(24) + "\n")
-        return self.password_path.read_text().strip()
+        self._write_private(path, secrets.token_urlsafe(24) + "\n")
+        return path.read_text().strip()
 
     def _prepare_root(self) -> None:
         """Running as root: make the system user and let it reach the data and binaries."""
@@ -179,8 +194,10 @@ class LocalPostgres:
             return None
         return int(lines[3])
 
-    def dsn(self, port: int, database: str = "postgres") -> str:
-        return f"postgresql://{SUPERUSER}:{quote(self.password(), safe='')}@127.0.0.1:{port}/{database}"
+    def dsn(self, port: int, database: str = "postgres", *, tenant: bool = False) -> str:
+        """The superuser's DSN; tenant: the tenant login's (after local_tenant_login_url)."""
+        user, password = (TENANT_LOGIN, self.tenant_password()) if tenant else (SUPERUSER, self.password())
+        return f"postgresql://{user}:{quote(password, safe='')}@127.0.0.1:{port}/{database}"
 
     def start(self) -> int:
         """Start (or reuse) the server and return its port."""
@@ -293,6 +310,26 @@ async def local_database_url(data_dir: Path = LOCAL_DATA_DIR) -> str:
     finally:
         await conn.close()
     return server.dsn(port, "skiplock")
+
+
+async def local_tenant_login_url(data_dir: Path = LOCAL_DATA_DIR) -> str:
+    """Make (or keep) the running local server's tenant login, once the migrations have
+    made skiplock_api; return its DSN for the `skiplock` database."""
+    import asyncpg
+
+    from app.engine.queries import query
+
+    server = LocalPostgres(data_dir)
+    port = server.running_port()
+    if port is None:
+        raise LocalPostgresError(f"no local PostgreSQL is running under {data_dir}")
+    conn = await asyncpg.connect(server.dsn(port, "skiplock"),
+                                 server_settings={"skiplock.local_password": server.tenant_password()})
+    try:
+        await conn.execute(query("local_tenant_login"))
+    finally:
+        await conn.close()
+    return server.dsn(port, "skiplock", tenant=True)
 
 
 DEV_PID_FILE = "dev.pid"  # `make run` keeps its pid here while it runs

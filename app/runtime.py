@@ -19,6 +19,7 @@ from typing import Any, Iterator, Mapping
 import asyncpg
 
 from app.engine.db import create_pool
+from app.engine.queries import query
 from app.pipeline.loop import Pipeline, RunResult
 from app.pipeline.registry import check_stages, load_stages
 from app.pipeline.run_record import OPEN_RETRY_SECONDS, RunNotRecorded, retrying
@@ -41,6 +42,14 @@ class DatabaseUnavailable(RuntimeError):
 class DatabaseNotConfigured(DatabaseUnavailable):
     code = "database_not_configured"
     state = "not configured"
+
+
+class TenantLoginRefused(DatabaseUnavailable):
+    """TENANT_DATABASE_URL's login may do more than skiplock_api: tenant requests are
+    refused rather than served with more power than the role. The reasons go to the log,
+    not to the client."""
+    code = "tenant_login_refused"
+    state = "tenant login refused"
 
 
 @contextmanager
@@ -150,6 +159,7 @@ class Runtime:
         self.stages = stages
         self.embedded_database = settings.local_dev if embedded_database is None else embedded_database
         self._pool: asyncpg.Pool | None = None
+        self._tenant_pool: asyncpg.Pool | None = None
         self._lock: asyncio.Lock | None = None
         self.pools_created = 0
 
@@ -166,17 +176,43 @@ class Runtime:
 
     async def _open_pool(self) -> asyncpg.Pool:
         """The pool, opened on first use; the driver's own error when the server is away."""
-        if self._pool is not None:
-            return self._pool
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            if self._pool is None:
-                dsn = await self.dsn()
-                self._pool = await create_pool(dsn, self.settings.db_pool_size,
-                                               pooled=behind_pooler(self.settings))
-                self.pools_created += 1
-        return self._pool
+        return await self._once("_pool", self._new_pool)
+
+    async def _new_pool(self) -> asyncpg.Pool:
+        pool = await create_pool(await self.dsn(), self.settings.db_pool_size, pooled=behind_pooler(self.settings))
+        self.pools_created += 1
+        return pool
+
+    async def tenant_pool(self) -> asyncpg.Pool:
+        """Where a tenant's API request runs: TENANT_DATABASE_URL's pool (its login checked
+        on opening to be no more than skiplock_api: TenantLoginRefused otherwise), else the
+        pool. Admin keys are the operator's and use the pool."""
+        if not self.settings.tenant_database_url:
+            return await self.pool()
+        with database_errors():
+            return await self._once("_tenant_pool", self._new_tenant_pool)
+
+    async def _new_tenant_pool(self) -> asyncpg.Pool:
+        pool = await create_pool(self.settings.tenant_database_url, self.settings.db_pool_size,
+                                 pooled=behind_pooler(self.settings))
+        reasons = await pool.fetchval(query("tenant_login_check"))
+        if reasons:
+            await pool.close()
+            log.error("TENANT_DATABASE_URL's login %s; it must be a member of skiplock_api and of nothing "
+                      "else (docs/deploy.md#database-roles)", ", ".join(reasons))
+            raise TenantLoginRefused("the tenant database login may do more than the API role; see the log")
+        return pool
+
+    async def _once(self, attr: str, make) -> asyncpg.Pool:
+        """self.<attr>, made by `make` on first use (one maker at a time); a failure is
+        not kept, so the next call tries again."""
+        if getattr(self, attr) is None:
+            if self._lock is None:
+                self._lock = asyncio.Lock()
+            async with self._lock:
+                if getattr(self, attr) is None:
+                    setattr(self, attr, await make())
+        return getattr(self, attr)
 
     async def _pool_for_a_run(self, hard_limit: float) -> asyncpg.Pool:
         """The pool, for a run: a run started while the database restarts waits for it (as
@@ -200,6 +236,7 @@ class Runtime:
                 raise DatabaseUnavailable(str(exc)) from exc
 
     async def close(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
+        for pool in (self._pool, self._tenant_pool):
+            if pool is not None:
+                await pool.close()
+        self._pool = self._tenant_pool = None

@@ -24,6 +24,10 @@ class Settings(BaseSettings):
         None, description="a DSN straight to PostgreSQL, for what needs a session (migrations, the worker's "
                           "LISTEN); set it when DATABASE_URL is a transaction pooler (PgBouncer, RDS Proxy), "
                           "and DATABASE_URL is then used without session state")
+    tenant_database_url: str | None = Field(
+        None, description="a DSN for the API's tenant requests, as a login that is a member of skiplock_api and "
+                          "of nothing else (docs/deploy.md#database-roles); unset: they run on DATABASE_URL's "
+                          "login, dropping to skiplock_api for each transaction")
     pipeline_plugins: str = Field(
         "app.outreach.plugin:PLUGIN",
         description="comma-separated module:NAME of the plug-ins to run (their stages, routes, commands); "
@@ -110,7 +114,8 @@ class Settings(BaseSettings):
     def _upper_level(cls, value):
         return value.upper() if isinstance(value, str) else value
 
-    @field_validator("cron_secret", "cursor_secret", "redis_url", "database_direct_url", mode="before")
+    @field_validator("cron_secret", "cursor_secret", "redis_url", "database_direct_url", "tenant_database_url",
+                     mode="before")
     @classmethod
     def _blank_secret_is_unset(cls, value):
         return None if isinstance(value, str) and not value.strip() else value
@@ -120,6 +125,9 @@ class Settings(BaseSettings):
         if self.database_direct_url and not self.database_url:
             raise ValueError("DATABASE_DIRECT_URL is set but DATABASE_URL is not: set both (DATABASE_URL "
                              "the pooler's, DATABASE_DIRECT_URL PostgreSQL's own) or neither")
+        if self.tenant_database_url and not self.database_url:
+            raise ValueError("TENANT_DATABASE_URL is set but DATABASE_URL is not: the tenant login serves "
+                             "beside the tables' owner, never instead of it")
         return self
 
     @model_validator(mode="after")

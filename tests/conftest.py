@@ -19,6 +19,7 @@ from app.engine.db import connect, create_pool
 from app.engine.migrate import migrate
 from app.plugin import load_plugins
 from app.settings import Settings
+from tests.tenant_login import drop_tenant_login, make_tenant_login
 
 
 
@@ -44,7 +45,7 @@ def pg_server():
 
 @pytest.fixture(scope="session")
 async def dsn(pg_server):
-    """A fresh, migrated database for this session."""
+    """A fresh, migrated database for this session, with its tenant login (tests/tenant_login.py)."""
     admin = await asyncpg.connect(pg_server)
     name = f"skiplock_test_{os.getpid()}"
     await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -54,10 +55,12 @@ async def dsn(pg_server):
     url = f"{base}/{name}"
     conn = await connect(url)
     await migrate(conn, [p.name for p in load_plugins(Settings().pipeline_plugins)])
+    await make_tenant_login(conn, url)
     await conn.close()
     yield url
     admin = await asyncpg.connect(pg_server)
     await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    await drop_tenant_login(admin, url)
     await admin.close()
 
 

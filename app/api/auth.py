@@ -15,7 +15,7 @@ from typing import AsyncIterator
 from fastapi import Depends, Request
 
 from app.api.bearer import bearer_token, challenge
-from app.api.deps import owner_pool_of
+from app.api.deps import owner_pool_of, tenant_pool_of
 from app.api.errors import ApiError
 from app.engine.accounts import KEY_SHAPE, authenticate
 from app.engine.one_connection import OneConnection
@@ -39,7 +39,7 @@ async def key_holder(request: Request) -> tuple[Actor, str]:
 async def tenant(request: Request) -> AsyncIterator[Actor]:
     """Authenticate the key, then hold the request's tenant transaction around the route."""
     actor, _ = await key_holder(request)
-    pool = await owner_pool_of(request)
+    pool = await tenant_pool_of(request, actor)
     async with pool.acquire() as conn:
         tr = conn.transaction()
         await tr.start()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncpg
 from fastapi import Request
 
+from app.engine.tenancy import Actor
 from app.runtime import Runtime
 from app.pipeline.maintenance import MAINTENANCE_TYPE
 from app.pipeline.notifications import NOTIFY_TYPE
@@ -24,6 +25,13 @@ async def pool_of(request: Request) -> asyncpg.Pool:
 async def owner_pool_of(request: Request) -> asyncpg.Pool:
     """The pool, as the connection's own role (not filtered by tenant)."""
     return await request.app.state.runtime.pool()
+
+
+async def tenant_pool_of(request: Request, actor: Actor) -> asyncpg.Pool:
+    """Where `actor`'s tenant transaction runs: a user key's on the tenant login when
+    TENANT_DATABASE_URL names one, an admin key's (the operator's) on the pool."""
+    runtime = request.app.state.runtime
+    return await (runtime.pool() if actor.is_admin else runtime.tenant_pool())
 
 
 # In a schema: "enqueueable" or "listed"; the OpenAPI document puts that list of job

@@ -21,7 +21,7 @@ from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from app.api.deps import owner_pool_of, pool_of
+from app.api.deps import owner_pool_of, pool_of, tenant_pool_of
 from app.api.errors import ApiError, error_body
 from app.api.pagination import parse_limit, single
 from app.api.params import only_params
@@ -30,6 +30,7 @@ from app.engine.accounts import authenticate
 from app.engine.db import connect as db_connect
 from app.engine.tenancy import Actor, tenant_transaction
 from app.events.hub import EventHub, Subscription
+from app.runtime import DatabaseUnavailable
 
 router = APIRouter(tags=["events"])
 ws_router = APIRouter(tags=["events"])
@@ -171,6 +172,10 @@ async def events_ws(ws: WebSocket) -> None:
         return await _refuse(ws, 4401, "unauthorized", "unknown, revoked or malformed API key (send it as "
                              "Authorization: Bearer, a 'bearer.<key>' subprotocol, or a first message "
                              '{"type": "auth", "key": ...})')
+    try:
+        pool = await tenant_pool_of(ws, actor)
+    except DatabaseUnavailable as exc:
+        return await _refuse(ws, 1011, exc.code, str(exc))
     async with tenant_transaction(pool, actor) as conn:
         readable = await store.room_readable(conn, room)
     if not readable:

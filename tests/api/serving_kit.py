@@ -11,13 +11,15 @@ import uvicorn
 from app import Job, NewJob, Stage
 from app.engine import jobs as q
 from app.settings import Settings, load_settings
+from tests.tenant_login import tenant_login_url
 
 SECRET = "test-cron-secret-0123456789"
 AUTH = {"Authorization": f"Bearer {SECRET}"}
 
 
 def make_settings(dsn: str | None, **overrides) -> Settings:
-    values = dict(database_url=dsn, cron_secret=SECRET, local_dev=False)
+    # tenant requests on the session's tenant login, as a careful deployment serves them
+    values = dict(database_url=dsn, tenant_database_url=tenant_login_url(dsn), cron_secret=SECRET, local_dev=False)
     if "run_scheduler" in Settings.model_fields:
         values["run_scheduler"] = False  # no recurring maintenance jobs in these counts
     values.update(overrides)

@@ -4,6 +4,7 @@ running. And after a crash (SIGKILL), the next start takes over the orphaned ser
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import queue
@@ -16,9 +17,14 @@ import threading
 import time
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 from serving_kit import free_socket
+
+from app.devdb import LocalPostgres
+from app.engine.db import create_pool
+from tests import factories
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,6 +109,29 @@ def data_dir():
     shutil.rmtree(folder, ignore_errors=True)
 
 
+async def tenant_key_in(data_dir: Path) -> str:
+    """A tenant's API key, made straight in `make run`'s database."""
+    pool = await create_pool(_local_dsn(data_dir), size=1)
+    try:
+        return await factories.api_key(pool, "tenant@make-run.example", plan=None)
+    finally:
+        await pool.close()
+
+
+async def logins_connected(data_dir: Path) -> set[str]:
+    conn = await asyncpg.connect(_local_dsn(data_dir))
+    try:
+        return {r["usename"] for r in await conn.fetch(
+            "SELECT usename FROM pg_stat_activity WHERE datname = 'skiplock' AND pid <> pg_backend_pid()")}
+    finally:
+        await conn.close()
+
+
+def _local_dsn(data_dir: Path) -> str:
+    server = LocalPostgres(data_dir)
+    return server.dsn(server.running_port(), "skiplock")
+
+
 def run_the_printed_curl(command: str) -> dict:
     if shutil.which("curl"):
         out = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=60, check=True)
@@ -126,6 +155,11 @@ def test_make_run_serves_triggers_ticks_and_stops_clean(data_dir):
         jobs = httpx.get(f"http://127.0.0.1:{port}/jobs", headers={"Authorization": f"Bearer {admin_key}"})
         assert jobs.status_code == 200 and "data" in jobs.json()
         assert httpx.get(f"http://127.0.0.1:{port}/jobs").status_code == 401
+        # a tenant's request is served by the tenant login, not the tables' owner
+        tenant_key = asyncio.run(tenant_key_in(data_dir))
+        mine = httpx.get(f"http://127.0.0.1:{port}/jobs", headers={"Authorization": f"Bearer {tenant_key}"})
+        assert mine.status_code == 200 and mine.json()["data"] == []
+        assert asyncio.run(logins_connected(data_dir)) >= {"postgres", "skiplock_tenant"}
         assert processes_using(data_dir), "no embedded PostgreSQL under the data folder"
 
         summary = run_the_printed_curl(curl)

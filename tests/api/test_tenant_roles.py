@@ -4,11 +4,8 @@ database, and shows what it gets: nothing that is not its own."""
 
 from __future__ import annotations
 
-import os
-import secrets
 import uuid
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -18,6 +15,7 @@ from app.engine import accounts
 from app.engine.tenancy import Actor, KeyProof, enter_tenant, tenant_transaction
 from app.outreach import DRAFT_STAGE, allowances
 from tests import factories as f
+from tests.tenant_login import tenant_login_url
 
 BILLING_WRITES = [
     "UPDATE subscriptions SET plan = 'pro'",
@@ -221,19 +219,13 @@ async def test_a_request_cannot_rename_itself_in_the_audit_log(pool, tenants):
 
 
 @pytest.fixture
-async def api_only_login(pool, dsn):
-    """A login role that is a member of skiplock_api and of nothing else: a session whose
-    own role is no more than the API's (what a deployment may connect the API as)."""
-    name = f"skiplock_probe_{os.getpid()}"
-    password = secrets.token_urlsafe(16)
-    try:
-        await pool.execute(f"DROP ROLE IF EXISTS {name}")
-        await pool.execute(f"CREATE ROLE {name} LOGIN PASSWORD '{password}' IN ROLE skiplock_api")
-    except asyncpg.InsufficientPrivilegeError:
+def api_only_login(dsn):
+    """The session's tenant login: a member of skiplock_api and of nothing else (what
+    TENANT_DATABASE_URL connects the API's tenant requests as)."""
+    login = tenant_login_url(dsn)
+    if login is None:
         pytest.skip("the test database's role may not create roles")
-    parts = urlsplit(dsn)
-    yield urlunsplit(parts._replace(netloc=f"{name}:{password}@{parts.hostname}:{parts.port}"))
-    await pool.execute(f"DROP ROLE IF EXISTS {name}")
+    return login
 
 
 async def test_a_session_with_only_the_api_role_cannot_become_admin_or_anyone_else(api_only_login, pool, tenants):

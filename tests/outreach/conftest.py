@@ -18,6 +18,7 @@ from app.outreach.settings import OutreachSettings, load_outreach_settings, usin
 from app.outreach import STAGES
 from app.outreach.campaigns import add_campaign
 from tests.outreach.servers import FakeLlm, Recorder, ServerThread, site_app
+from tests.tenant_login import tenant_login_url
 
 
 @dataclass
@@ -79,7 +80,8 @@ def settings(**overrides):
     """The queue's settings for a test; the example's are `example_settings`."""
     misplaced = OUTREACH_FIELDS & overrides.keys()
     assert not misplaced, f"{sorted(misplaced)} are the example's settings: pass them to run() or example_settings()"
-    base = dict(database_url="postgresql://unused", fetch_allow_private=",".join(sorted(_REACHABLE)))
+    base = dict(database_url="postgresql://unused", fetch_allow_private=",".join(sorted(_REACHABLE)),
+                tenant_database_url=tenant_login_url(overrides.get("database_url")))
     return load_settings(**{**base, **overrides})
 
 
