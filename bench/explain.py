@@ -27,8 +27,8 @@ def literal(value) -> str:
         return f"'{value.isoformat()}'::timestamptz"
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
-    if isinstance(value, list) and not value:
-        return "'{}'"  # an empty id array (the claim's: nothing to finish first)
+    if isinstance(value, list):  # an id array ('{}': the claim's nothing to finish first)
+        return "ARRAY[" + ", ".join(literal(v) for v in value) + "]" if value else "'{}'"
     raise TypeError(f"no SQL literal for {value!r}")
 
 

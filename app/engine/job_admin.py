@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from app.engine.jobs import DEFAULT_LANE
 from app.engine.queries import query
 
 
@@ -24,9 +25,15 @@ async def list_jobs(db, where: JobFilter, after: uuid.UUID | None, limit: int, *
     """Newest first by id (job ids grow with creation time), strictly after the job
     `after` when given. `own_lanes`, for a tenant's transaction: read the caller's lanes
     one by one instead of the whole table with row-level security dropping the rest (the
-    same rows; the cost then grows with the caller's jobs, not every tenant's)."""
-    return await db.fetch(query("jobs_list_own_lanes" if own_lanes else "jobs_list"), where.status,
-                          where.type, where.lane, where.batch_id, after, limit)
+    same rows; the cost then grows with the caller's jobs, not every tenant's). A filter
+    on one lane (but the all-zero lane, which the lane index leaves out) reads that lane
+    the same way, for anyone."""
+    args = (where.status, where.type, where.lane, where.batch_id, after, limit)
+    if own_lanes:
+        return await db.fetch(query("jobs_list_by_lanes"), *args, None)
+    if where.lane is not None and where.lane != DEFAULT_LANE:
+        return await db.fetch(query("jobs_list_by_lanes"), *args, [where.lane])
+    return await db.fetch(query("jobs_list"), *args)
 
 
 async def get_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:

@@ -5,7 +5,7 @@
 -- tenants' jobs made a page's cost grow with every tenant's jobs: 180 ms for a tenant with
 -- ten jobs beside another with 300,000, and a key may send 600 requests a minute. This
 -- index lets the listing take each of the caller's lanes newest first
--- (jobs_list_own_lanes.sql).
+-- (jobs_list_by_lanes.sql).
 --
 -- Kept off the hot path where it can be: running jobs are left out (a claim writes no
 -- entry; the listing reads the few running jobs apart), and so is the all-zero lane (the

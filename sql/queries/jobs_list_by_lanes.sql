@@ -1,15 +1,18 @@
--- GET /jobs for a tenant: the page of jobs_list.sql, read lane by lane. Row-level
--- security on lanes gives the caller's own lanes (the lanes its jobs can be in); each
--- gives its newest $6 after the cursor off jobs_lane_list_idx, which leaves running jobs
--- out. Those are only as many as the runs hold, so they are read apart (every tenant's,
--- off jobs_running_idx; row-level security keeps the caller's). The page is the newest $6
--- of both: a page never reads another tenant's pending or finished jobs. Same parameters
--- as jobs_list.sql: $1 status, $2 type, $3 lane, $4 batch (each optional), $5 the
--- cursor's job, $6 how many.
+-- GET /jobs read lane by lane: a tenant's page (its own lanes, $7 NULL) or an admin's for
+-- one lane ($7 that lane), the page of jobs_list.sql without walking every job. Lanes
+-- come from $7, else from `lanes` (row-level security leaves a tenant its own); each gives
+-- its newest $6 after the cursor off jobs_lane_list_idx, which leaves running jobs and
+-- the all-zero lane out. Running jobs are only as many as the runs hold, so they are read
+-- apart (off jobs_running_idx; row-level security keeps a tenant's). The page is the
+-- newest $6 of both: a tenant's page never reads another tenant's pending or finished
+-- jobs. $1 status, $2 type, $3 lane, $4 batch (each optional), $5 the cursor's job, $6
+-- how many, $7 the lanes to read (never the all-zero lane; NULL: the caller's own).
 SELECT *
 FROM (
     SELECT j.*
-    FROM lanes l
+    FROM (SELECT id FROM lanes WHERE $7::uuid[] IS NULL AND ($3::uuid IS NULL OR id = $3)
+          UNION ALL
+          SELECT unnest($7::uuid[])) l
     CROSS JOIN LATERAL (
         SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
                run_id, batch_id, lane, total, progress, created_at, finished_at
@@ -28,7 +31,6 @@ FROM (
         ORDER BY lane DESC, id DESC
         LIMIT $6
     ) j
-    WHERE ($3::uuid IS NULL OR l.id = $3)
     UNION ALL
     SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
            run_id, batch_id, lane, total, progress, created_at, finished_at
