@@ -30,18 +30,24 @@ def _free_port() -> int:
 
 
 class PgBouncer:
-    def __init__(self, folder: Path, server_dsn: str, *, pool_size: int = 2) -> None:
+    def __init__(self, folder: Path, server_dsn: str, *, pool_size: int = 2, also: tuple[str, ...] = ()) -> None:
+        """also: DSNs of other logins the pooler should let in (their user and password)."""
         self.folder = folder
         url = urlsplit(server_dsn)
         self.user, self.password = unquote(url.username or "postgres"), unquote(url.password or "")
+        self.logins = [(self.user, self.password)] + [
+            (unquote(u.username), unquote(u.password or "")) for u in map(urlsplit, also)]
         self.server_host, self.server_port = url.hostname or "127.0.0.1", url.port or 5432
         self.pool_size = pool_size
         self.port = 0
         self.proc: subprocess.Popen | None = None
 
-    def dsn(self, database: str) -> str:
-        """The DSN of `database` through the pooler (the same login as the server's)."""
-        return f"postgresql://{quote(self.user, safe='')}:{quote(self.password, safe='')}@127.0.0.1:{self.port}/{database}"
+    def dsn(self, database: str, login: str | None = None) -> str:
+        """The DSN of `database` through the pooler: as the server's login, or as the DSN
+        `login` (one of `also`) names."""
+        user, password = (self.user, self.password) if login is None else (
+            unquote(urlsplit(login).username), unquote(urlsplit(login).password or ""))
+        return f"postgresql://{quote(user, safe='')}:{quote(password, safe='')}@127.0.0.1:{self.port}/{database}"
 
     def _write(self, name: str, text: str) -> Path:
         path = self.folder / name
@@ -58,7 +64,7 @@ class PgBouncer:
             entry = pwd.getpwnam(SYSTEM_USER)
             os.chown(self.folder, entry.pw_uid, entry.pw_gid)
         self.port = _free_port()
-        userlist = self._write("userlist.txt", f'"{self.user}" "{self.password}"\n')
+        userlist = self._write("userlist.txt", "".join(f'"{u}" "{p}"\n' for u, p in self.logins))
         ini = self._write("pgbouncer.ini", f"""\
 [databases]
 * = host={self.server_host} port={self.server_port}

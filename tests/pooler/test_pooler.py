@@ -112,12 +112,18 @@ async def _tenant(pool, email: str) -> tuple[dict, set[str]]:
     return {"Authorization": f"Bearer {key}"}, {str(i) for i in ids}
 
 
-async def test_two_tenants_sharing_server_sessions_see_only_their_own(pool, dsn, pooled_dsn):
+@pytest.mark.parametrize("login", ["owner", "tenant"])
+async def test_two_tenants_sharing_server_sessions_see_only_their_own(pool, dsn, pooled_dsn, pooled_tenant_dsn,
+                                                                       login):
     """Row-level security reads settings that are transaction-local: with two server
     sessions under many interleaved requests of two tenants, each answer holds only its
-    tenant's rows, and the sessions carry no role or key once a transaction ends."""
+    tenant's rows, and the sessions carry no role or key once a transaction ends. The
+    same with the tenants on their own login (TENANT_DATABASE_URL) through the pooler."""
+    if login == "tenant" and pooled_tenant_dsn is None:
+        pytest.skip("this server's test role may not create roles")
     (alice, alice_jobs), (bob, bob_jobs) = await _tenant(pool, "alice@a.example"), await _tenant(pool, "bob@b.example")
-    app = create_app(pooled_settings(pooled_dsn, dsn), stages=BOTH)
+    app = create_app(pooled_settings(pooled_dsn, dsn, tenant_database_url=pooled_tenant_dsn if login == "tenant"
+                                     else None), stages=BOTH)
     raw = await create_pool(pooled_dsn, 4, pooled=True)  # plain sessions, beside the tenants'
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
@@ -141,6 +147,9 @@ async def test_two_tenants_sharing_server_sessions_see_only_their_own(pool, dsn,
         # the same two server sessions served both tenants' transactions and these
         sessions = {r for r in results if r is not None}
         assert sessions == {("postgres", "none", "")}
+        if login == "tenant":  # the pooler holds the tenant login's server sessions
+            tenant_user = pooled_tenant_dsn.split("//")[1].split(":")[0]
+            assert await pool.fetchval("SELECT count(*) FROM pg_stat_activity WHERE usename = $1", tenant_user) >= 1
     finally:
         await raw.close()
         await app.state.runtime.close()
