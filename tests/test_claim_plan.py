@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 from app.engine.queries import query
 from bench.explain import explain
@@ -114,3 +115,27 @@ async def test_claim_reads_a_few_lane_rows_however_many_lanes_have_work(pool):
         probes = sum(n["Actual Loops"] for n in on["jobs"] if n.get("Index Name") == "jobs_claim_idx")
         assert probes <= 50, f"{mode}: {probes} probes of jobs"
         assert plan["Actual Rows"] == 25
+
+
+async def test_the_endings_find_the_runs_jobs_by_primary_key_however_many_others_run(pool):
+    # statistics taken with nothing running (as after a quiet night), then ten runs at work
+    await pool.execute("""
+        INSERT INTO jobs (type, created_at) SELECT 't', now() - g * interval '1 ms' FROM generate_series(1, 2000) g;
+        ANALYZE jobs;""")
+    runs = [await f.run(pool) for _ in range(10)]
+    for run_id in runs:
+        await pool.execute("""UPDATE jobs SET status = 'running', locked_at = now(), attempts = 1, run_id = $1
+            WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' ORDER BY id LIMIT 40)""", run_id)
+    mine = [r["id"] for r in await pool.fetch("SELECT id FROM jobs WHERE run_id = $1", runs[0])]
+    back, until = mine[:5], [datetime.now(timezone.utc)] * 5
+    async with pool.acquire() as conn:
+        raw = await explain(conn, query("claim"), ("t", 25, runs[0], 900.0, 3, mine[5:], back, until),
+                            options="ANALYZE, FORMAT JSON")
+    plan = json.loads(raw)[0]["Plan"]
+    for cte in ("CTE done", "CTE handed_back"):
+        [ending] = [n for n in plan["Plans"] if n.get("Subplan Name") == cte]
+        on_jobs = [n for n in walk(ending) if n.get("Relation Name") == "jobs" and "Index Name" in n]
+        assert [n["Index Name"] for n in on_jobs] == ["jobs_pkey"], (cte, on_jobs)
+        # the other runs' 360 running jobs are not read and dropped
+        assert sum(n.get("Rows Removed by Filter", 0) for n in on_jobs) == 0, cte
+    assert plan["Plans"][0]["Actual Rows"] == 35  # 35 done
