@@ -50,6 +50,7 @@ def test_environment_comes_from_parameters(config):
     env = config["provider"]["environment"]
     assert env["DATABASE_URL"] == "${param:databaseUrl}"
     assert env["CRON_SECRET"] == "${param:cronSecret}"
+    assert env["TENANT_DATABASE_URL"] == "${param:tenantDatabaseUrl}"
     assert env["PLATFORM_LIMIT_SECONDS"] == "${self:custom.timeoutSeconds}"
     params = config["params"]["default"]
     assert params["databaseUrl"].startswith("{{resolve:ssm:")
@@ -100,6 +101,7 @@ def test_serverless_package_builds_the_template_offline(tmp_path):
     assert fn["Handler"] == "app.lambda_handler.handler"
     assert fn["Environment"]["Variables"]["DATABASE_URL"] == "{{resolve:ssm:/skiplock/dev/database-url}}"
     assert fn["Environment"]["Variables"]["PLATFORM_LIMIT_SECONDS"] == "300"
+    assert fn["Environment"]["Variables"]["TENANT_DATABASE_URL"] == ""  # unset until passed
     rules = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Events::Rule"]
     assert [r["ScheduleExpression"] for r in rules] == ["rate(5 minutes)"]
     urls = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Url"]

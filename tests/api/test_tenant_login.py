@@ -166,3 +166,10 @@ async def test_a_tenant_login_that_may_do_more_than_the_api_role_is_refused(
     finally:
         await client.aclose()
         await app.state.runtime.close()
+
+
+def test_a_blank_tenant_login_is_unset_and_one_without_the_owners_is_refused():
+    from app.settings import SettingsError, load_settings
+    assert load_settings(database_url="postgresql://owner@db/app", tenant_database_url=" ").tenant_database_url is None
+    with pytest.raises(SettingsError, match="TENANT_DATABASE_URL is set but DATABASE_URL is not"):
+        load_settings(database_url=None, tenant_database_url="postgresql://skiplock_tenant@db/app")
