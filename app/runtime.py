@@ -44,6 +44,11 @@ class DatabaseNotConfigured(DatabaseUnavailable):
     state = "not configured"
 
 
+# A refused tenant login is looked at again after this long (a fixed role needs no restart).
+TENANT_RECHECK_SECONDS = 30.0
+TENANT_REFUSED = "the tenant database login may do more than the API role; see the log"
+
+
 class TenantLoginRefused(DatabaseUnavailable):
     """TENANT_DATABASE_URL's login may do more than skiplock_api: tenant requests are
     refused rather than served with more power than the role. The reasons go to the log,
@@ -160,6 +165,7 @@ class Runtime:
         self.embedded_database = settings.local_dev if embedded_database is None else embedded_database
         self._pool: asyncpg.Pool | None = None
         self._tenant_pool: asyncpg.Pool | None = None
+        self._tenant_refused_until = 0.0
         self._lock: asyncio.Lock | None = None
         self.pools_created = 0
 
@@ -189,6 +195,8 @@ class Runtime:
         pool. Admin keys are the operator's and use the pool."""
         if not self.settings.tenant_database_url:
             return await self.pool()
+        if time.monotonic() < self._tenant_refused_until:  # no connection per request meanwhile
+            raise TenantLoginRefused(TENANT_REFUSED)
         with database_errors():
             return await self._once("_tenant_pool", self._new_tenant_pool)
 
@@ -198,9 +206,10 @@ class Runtime:
         reasons = await pool.fetchval(query("tenant_login_check"))
         if reasons:
             await pool.close()
+            self._tenant_refused_until = time.monotonic() + TENANT_RECHECK_SECONDS
             log.error("TENANT_DATABASE_URL's login %s; it must be a member of skiplock_api and of nothing "
                       "else (docs/deploy.md#database-roles)", ", ".join(reasons))
-            raise TenantLoginRefused("the tenant database login may do more than the API role; see the log")
+            raise TenantLoginRefused(TENANT_REFUSED)
         return pool
 
     async def _once(self, attr: str, make) -> asyncpg.Pool:

@@ -173,3 +173,21 @@ def test_a_blank_tenant_login_is_unset_and_one_without_the_owners_is_refused():
     assert load_settings(database_url="postgresql://owner@db/app", tenant_database_url=" ").tenant_database_url is None
     with pytest.raises(SettingsError, match="TENANT_DATABASE_URL is set but DATABASE_URL is not"):
         load_settings(database_url=None, tenant_database_url="postgresql://skiplock_tenant@db/app")
+
+
+async def test_a_refused_login_fixed_in_the_database_serves_without_a_restart(
+        dsn, pool, two_tenants, unfit_login):
+    url = await unfit_login("IN ROLE skiplock_api, skiplock_admin")
+    ann, _ = two_tenants
+    client, app = await client_for(make_settings(dsn, tenant_database_url=url))
+    try:
+        assert_error(await client.get("/jobs", headers=bearer(ann)), 503, "tenant_login_refused")
+        await pool.execute(f"REVOKE skiplock_admin FROM {urlsplit(url).username}")
+        # until the recheck, the refusal stands (and costs no connection)
+        assert_error(await client.get("/jobs", headers=bearer(ann)), 503, "tenant_login_refused")
+        app.state.runtime._tenant_refused_until = 0.0  # as TENANT_RECHECK_SECONDS later
+        r = await client.get("/jobs", headers=bearer(ann))
+        assert r.status_code == 200, r.text
+    finally:
+        await client.aclose()
+        await app.state.runtime.close()
