@@ -24,8 +24,14 @@ async def make_tenant_login(conn: asyncpg.Connection, url: str) -> str | None:
         await conn.execute(f"CREATE ROLE \"{name}\" LOGIN PASSWORD '{password}' IN ROLE skiplock_api")
     except asyncpg.InsufficientPrivilegeError:
         return None
-    _LOGINS[url] = urlunsplit(parts._replace(netloc=f"{name}:{password}@{parts.hostname}:{parts.port}"))
+    _LOGINS[url] = as_login(url, name, password)
     return _LOGINS[url]
+
+
+def as_login(url: str, name: str, password: str) -> str:
+    """`url` (a database's DSN) as the login `name` with `password`."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"{name}:{password}@{parts.hostname}:{parts.port}"))
 
 
 async def drop_tenant_login(conn: asyncpg.Connection, url: str) -> None:

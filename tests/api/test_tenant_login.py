@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import asyncpg
 import httpx
@@ -20,7 +20,7 @@ from serving_kit import assert_error, make_settings
 from app.api import create_app
 from app.api.auth import TENANT
 from tests import factories as f
-from tests.tenant_login import tenant_login_url
+from tests.tenant_login import as_login, tenant_login_url
 
 # What injected SQL would try once it has dropped the request's role.
 CLIMBS = {
@@ -131,8 +131,7 @@ async def unfit_login(pool, dsn):
         except asyncpg.InsufficientPrivilegeError:
             pytest.skip("this server's test role may not create roles")
         made.append(name)
-        parts = urlsplit(dsn)
-        return urlunsplit(parts._replace(netloc=f"{name}:{password}@{parts.hostname}:{parts.port}"))
+        return as_login(dsn, name, password)
 
     yield make
     for name in made:
