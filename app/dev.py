@@ -206,15 +206,15 @@ async def serve(settings: Settings, plugins: list[Plugin], signals: "_Signals", 
     conn = await connect(settings.database_direct_url or settings.database_url)  # a session: not the pooler
     try:
         applied = await migrate(conn, [p.name for p in plugins])
+        if embedded and not settings.tenant_database_url:
+            # tenants' requests on a login that is no more than the API role, as a deployment should
+            from app.devdb import local_tenant_login_url
+            settings = settings.model_copy(update={
+                "tenant_database_url": await local_tenant_login_url(conn, Path(settings.local_data_dir))})
     finally:
         await conn.close()
     if applied:
         log.info("applied migrations: %s", ", ".join(applied))
-    if embedded and not settings.tenant_database_url:
-        # tenants' requests on a login that is no more than the API role, as a deployment should
-        from app.devdb import local_tenant_login_url
-        settings = settings.model_copy(update={
-            "tenant_database_url": await local_tenant_login_url(Path(settings.local_data_dir))})
     app = create_app(settings, plugins=plugins)
     runtime: Runtime = app.state.runtime
     pool = await runtime.pool()

@@ -144,8 +144,8 @@ class LocalPostgres:
 
     def tenant_password(self) -> str:
         """The tenant login's password (TENANT_LOGIN): made once, kept beside the other."""
-        return self._kept(self.data_dir / TENANT_PASSWORD_FILE) or self._new_secret(
-            self.data_dir / TENANT_PASSWORD_FILE)
+        path = self.data_dir / TENANT_PASSWORD_FILE
+        return self._kept(path) or self._new_secret(path)
 
     @staticmethod
     def _kept(path: Path) -> str:
@@ -312,23 +312,18 @@ async def local_database_url(data_dir: Path = LOCAL_DATA_DIR) -> str:
     return server.dsn(port, "skiplock")
 
 
-async def local_tenant_login_url(data_dir: Path = LOCAL_DATA_DIR) -> str:
-    """Make (or keep) the running local server's tenant login, once the migrations have
-    made skiplock_api; return its DSN for the `skiplock` database."""
-    import asyncpg
-
+async def local_tenant_login_url(conn, data_dir: Path = LOCAL_DATA_DIR) -> str:
+    """Make (or keep) the running local server's tenant login, on the superuser's `conn`
+    to its `skiplock` database once the migrations have made skiplock_api; its DSN."""
     from app.engine.queries import query
 
     server = LocalPostgres(data_dir)
     port = server.running_port()
     if port is None:
         raise LocalPostgresError(f"no local PostgreSQL is running under {data_dir}")
-    conn = await asyncpg.connect(server.dsn(port, "skiplock"),
-                                 server_settings={"skiplock.local_password": server.tenant_password()})
-    try:
+    async with conn.transaction():
+        await conn.execute(query("local_password_pass"), server.tenant_password())
         await conn.execute(query("local_tenant_login"))
-    finally:
-        await conn.close()
     return server.dsn(port, "skiplock", tenant=True)
 
 

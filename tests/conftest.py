@@ -7,6 +7,7 @@ from empty tables."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -19,7 +20,7 @@ from app.engine.db import connect, create_pool
 from app.engine.migrate import migrate
 from app.plugin import load_plugins
 from app.settings import Settings
-from tests.tenant_login import drop_tenant_login, make_tenant_login
+from tests.tenant_login import as_login, drop_tenant_login, make_tenant_login
 
 
 
@@ -119,3 +120,24 @@ async def admin_key(pool) -> str:
 @pytest.fixture
 def admin_headers(admin_key) -> dict[str, str]:
     return {"Authorization": f"Bearer {admin_key}"}
+
+
+@pytest.fixture
+async def unfit_login(pool, dsn):
+    """make(grant) -> the URL of a fresh login role given `grant` (say, more than a tenant
+    login may have), dropped afterwards; the test is skipped where roles cannot be made."""
+    made = []
+
+    async def make(grant: str) -> str:
+        name = f"skiplock_unfit_{os.getpid()}_{len(made)}"
+        password = secrets.token_urlsafe(16)
+        try:
+            await pool.execute(f"CREATE ROLE {name} LOGIN PASSWORD '{password}' {grant}")
+        except asyncpg.InsufficientPrivilegeError:
+            pytest.skip("this server's test role may not create roles")
+        made.append(name)
+        return as_login(dsn, name, password)
+
+    yield make
+    for name in made:
+        await pool.execute(f"DROP ROLE IF EXISTS {name}")

@@ -45,13 +45,14 @@ async def ready(request: Request) -> dict[str, Any]:
     if pending:
         raise ApiError(503, "not_ready", f"{len(pending)} migration(s) not applied; run `skiplock migrate`",
                        {"database": "reachable", "pendingMigrations": pending})
-    try:
-        async with asyncio.timeout(READY_TIMEOUT_SECONDS):
-            await runtime.tenant_pool()  # TENANT_DATABASE_URL's login, checked (else the pool again)
-    except (DatabaseUnavailable, TimeoutError) as exc:
-        state = exc.state if isinstance(exc, DatabaseUnavailable) else "unreachable"
-        raise ApiError(503, "not_ready", str(exc) or "the tenant login did not answer in time",
-                       {"database": "reachable", "tenantLogin": state}) from None
+    if runtime.settings.tenant_database_url:
+        try:
+            async with asyncio.timeout(READY_TIMEOUT_SECONDS):
+                await runtime.tenant_pool()  # opened once, and its login checked
+        except (DatabaseUnavailable, TimeoutError) as exc:
+            state = exc.state if isinstance(exc, DatabaseUnavailable) else "unreachable"
+            raise ApiError(503, "not_ready", str(exc) or "the tenant login did not answer in time",
+                           {"database": "reachable", "tenantLogin": state}) from None
     with database_errors():
         maintenance = await maintenance_state(pool, runtime.settings.run_scheduler)
     redis = await request.app.state.redis.status()

@@ -7,8 +7,6 @@ owner's login it becomes the owner again; on the tenant login it stays a tenant.
 from __future__ import annotations
 
 import logging
-import os
-import secrets
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -20,7 +18,7 @@ from serving_kit import assert_error, make_settings
 from app.api import create_app
 from app.api.auth import TENANT
 from tests import factories as f
-from tests.tenant_login import as_login, tenant_login_url
+from tests.tenant_login import tenant_login_url
 
 # What injected SQL would try once it has dropped the request's role.
 CLIMBS = {
@@ -116,26 +114,6 @@ async def test_admin_keys_and_the_pipeline_keep_the_owners_login(dsn, pool, admi
     finally:
         await client.aclose()
         await app.state.runtime.close()
-
-
-@pytest.fixture
-async def unfit_login(pool, dsn):
-    """make(grant) -> the URL of a fresh login role given `grant` (dropped afterwards)."""
-    made = []
-
-    async def make(extra: str) -> str:
-        name = f"skiplock_unfit_{os.getpid()}_{len(made)}"
-        password = secrets.token_urlsafe(16)
-        try:
-            await pool.execute(f"CREATE ROLE {name} LOGIN PASSWORD '{password}' {extra}")
-        except asyncpg.InsufficientPrivilegeError:
-            pytest.skip("this server's test role may not create roles")
-        made.append(name)
-        return as_login(dsn, name, password)
-
-    yield make
-    for name in made:
-        await pool.execute(f"DROP ROLE IF EXISTS {name}")
 
 
 @pytest.mark.parametrize("grant, reason", [

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 
-import asyncpg
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
@@ -19,7 +17,6 @@ from app.engine import events as store
 from app.engine.db import connect as db_connect
 from app.events.hub import EventHub
 from tests.events.conftest import person_enqueues
-from tests.tenant_login import as_login
 
 WAIT = 10  # seconds: generous on a loaded machine; the path under test never polls
 
@@ -117,25 +114,17 @@ def _pool_of(pool):
     return get
 
 
-async def test_a_websocket_on_a_refused_tenant_login_is_closed_not_served(pool, dsn, serve, tenants):
+async def test_a_websocket_on_a_refused_tenant_login_is_closed_not_served(pool, dsn, serve, tenants, unfit_login):
     a, _, admin = tenants
-    name = f"skiplock_ws_unfit_{os.getpid()}"
-    try:
-        await pool.execute(f"CREATE ROLE {name} LOGIN PASSWORD 'pw-{name}' IN ROLE skiplock_api, skiplock_admin")
-    except asyncpg.InsufficientPrivilegeError:
-        pytest.skip("this server's test role may not create roles")
-    try:
-        _, host = await serve(tenant_database_url=as_login(dsn, name, f"pw-{name}"))
-        async with connect(f"ws://{host}/events/ws?room=lane:{a.lane}",
-                           additional_headers={"Authorization": f"Bearer {a.key}"}) as ws:
-            message = await _recv(ws)
-            assert message["type"] == "error" and message["error"]["code"] == "tenant_login_refused"
-            with pytest.raises(ConnectionClosed):
-                await asyncio.wait_for(ws.recv(), WAIT)
-            assert ws.close_code == 1011
-        # the operator's key is served on the owner's login meanwhile
-        async with connect(f"ws://{host}/events/ws?room=system",
-                           additional_headers={"Authorization": f"Bearer {admin.key}"}) as ws:
-            assert (await _recv(ws))["type"] in ("live", "gap", "jobs.created", "run.started")
-    finally:
-        await pool.execute(f"DROP ROLE IF EXISTS {name}")
+    _, host = await serve(tenant_database_url=await unfit_login("IN ROLE skiplock_api, skiplock_admin"))
+    async with connect(f"ws://{host}/events/ws?room=lane:{a.lane}",
+                       additional_headers={"Authorization": f"Bearer {a.key}"}) as ws:
+        message = await _recv(ws)
+        assert message["type"] == "error" and message["error"]["code"] == "tenant_login_refused"
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), WAIT)
+        assert ws.close_code == 1011
+    # the operator's key is served on the owner's login meanwhile
+    async with connect(f"ws://{host}/events/ws?room=system",
+                       additional_headers={"Authorization": f"Bearer {admin.key}"}) as ws:
+        assert (await _recv(ws))["type"] in ("live", "gap", "jobs.created", "run.started")
