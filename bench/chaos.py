@@ -204,8 +204,13 @@ class Faults:
         self.on = True
 
     def roll(self, who: str) -> str:
-        r = self.rng.random() if self.on else 1.0
-        kind = "500" if r < 0.20 else "hang" if r < 0.25 else "429" if r < 0.30 else "ok"
+        if self.on:
+            r = self.rng.random()
+            kind = "500" if r < 0.20 else "hang" if r < 0.25 else "429" if r < 0.30 else "ok"
+        else:
+            # On a slow box a short load can end before `who` served a single failure (CI saw
+            # it); its first request after the load then fails, so every run meets the fault.
+            kind = "ok" if self.failed(who) else "500"
         self.counts[f"{who} {kind}"] += 1
         return kind
 
@@ -612,7 +617,7 @@ class Chaos:
 
     async def drain(self, rounds: int) -> int:
         """Fast-forward the clock and run-once until no job is open (or `rounds` are spent)."""
-        self.site_faults.on = False  # the faults stop with the load; what they left is drained
+        self.site_faults.on = False  # the dice stop with the load; what they left is drained
         for _ in range(rounds):
             conn = await asyncpg.connect(self.dsn)
             try:
