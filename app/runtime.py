@@ -223,11 +223,11 @@ class Runtime:
                     setattr(self, attr, await make())
         return getattr(self, attr)
 
-    async def _pool_for_a_run(self, hard_limit: float) -> asyncpg.Pool:
-        """The pool, for a run: a run started while the database restarts waits for it (as
-        its runs row would, OPEN_RETRY_SECONDS at most, and never past its own limit)
-        rather than ending with no row; a request (pool()) answers 503 at once."""
-        deadline = time.monotonic() + min(OPEN_RETRY_SECONDS, hard_limit)
+    async def pool_when_up(self, within: float) -> asyncpg.Pool:
+        """The pool, for a run or a worker: one started while the database restarts waits
+        for it (as a runs row would, OPEN_RETRY_SECONDS at most, and never past `within`)
+        rather than ending; a request (pool()) answers 503 at once."""
+        deadline = time.monotonic() + min(OPEN_RETRY_SECONDS, within)
         with database_errors():
             return await retrying(self._open_pool, deadline, "connecting to the database")
 
@@ -236,7 +236,7 @@ class Runtime:
         """One run of the stages. requested: the seconds asked for (None: the setting);
         remaining: Lambda's time left, read once by the caller (None: not in Lambda)."""
         limits = run_limits(self.settings, requested, remaining)
-        pool = await self._pool_for_a_run(limits.hard_limit)
+        pool = await self.pool_when_up(limits.hard_limit)
         with database_errors():  # the runs row could not even be written
             try:
                 return await Pipeline(pool, self.stages, self.settings).run(

@@ -326,6 +326,7 @@ class Chaos:
         self.quota_wrong_seen = 0
         self.site_faults = Faults(seed + 1, hang_seconds=2.0)
         self.api_log = folder / "api.log"
+        self.worker_died: str | None = None  # the worker's last log lines, if it ended on its own
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -676,7 +677,7 @@ class Chaos:
         self.t0 = time.monotonic()
         worker = self.worker = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "app", "worker", cwd=ROOT, env=self.env(PIPELINE_BUDGET_SECONDS=str(self.scale.budget)),
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+            stdout=asyncio.subprocess.DEVNULL, stderr=(self.folder / "worker.log").open("wb"))
         every_lane = [lane for _, lanes in self.tenants for lane in lanes]
         background = [asyncio.create_task(c) for c in (
             self.schedule(), self.killer(), self.monitor(), self.timeline(), self.plain_inserts(every_lane),
@@ -699,8 +700,9 @@ class Chaos:
                 worker.send_signal(signal.SIGTERM)
             except ProcessLookupError:  # it ended between the look and the signal
                 ended_on_its_own = True
-        if ended_on_its_own:
+        if ended_on_its_own:  # a finding: the worker is meant to outlive every fault here
             self.faults["the worker died on its own"] += 1
+            self.worker_died = (self.folder / "worker.log").read_text(errors="replace")[-2000:]
         await worker.wait()
         self.api.send_signal(signal.SIGTERM)
         await self.api.wait()
@@ -723,6 +725,7 @@ class Chaos:
             "api": dict(Counter(f"{code}" for _, _, code in self.responses)),
             "api_changes": len(self.changes), "api_5xx": self.errors_5xx[:20], "api_log_errors": self.api_errors(),
             "database_down": [[round(a, 1), round(b or 0, 1)] for a, b in self.down],
+            "worker_died": self.worker_died,
         })
         return result
 

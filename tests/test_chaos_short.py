@@ -35,6 +35,7 @@ def test_short_chaos_run_keeps_every_invariant(tmp_path):
     assert faults.get("kill -9 of a run-once", 0) >= 1
     assert faults.get("PostgreSQL restart (fast)") == 1
     assert faults.get("Redis killed") == 1 and faults.get("Redis revived") == 1
-    assert faults.get("site 500", 0) + faults.get("site 429", 0) + faults.get("site hang", 0) > 0
+    assert faults.get("site 500", 0) + faults.get("site 429", 0) + faults.get("site hang", 0) > 0, faults
+    assert result["worker_died"] is None, result["worker_died"]  # the worker outlives every fault
     assert result["open_after_drain"] == 0 and result["figures"]["done"] > 0
     assert result["api_changes"] > 0  # the API did change things, and each change was audited

@@ -1,12 +1,14 @@
 """Every invocation leaves its runs row, whatever the database does: PostgreSQL restarted
-(`pg_ctl restart -m fast`) under three overlapping `run-once` invocations. This test
-starts a PostgreSQL of its own, so the session's server is not disturbed."""
+(`pg_ctl restart -m fast`) under three overlapping `run-once` invocations; and a run or a
+worker started while it is stopped waits for it. These tests start a PostgreSQL of their
+own, so the session's server is not disturbed."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -120,3 +122,37 @@ async def test_a_run_started_while_the_database_is_down_waits_for_it(own_server)
         assert await db.fetchval("SELECT count(*) FROM runs WHERE finished_at IS NOT NULL") == 1
     finally:
         await db.close()
+
+
+async def test_a_worker_started_while_the_database_is_down_waits_for_it(own_server):
+    """`worker` started while PostgreSQL is stopped: it waits for the server, as a run does,
+    and once the server is back drains the jobs and stops on SIGTERM with status 0, instead
+    of ending at its first connection (the chaos run found a worker gone this way)."""
+    server, dsn = own_server
+    db = await connect(dsn)
+    await enqueue_many(db, [NewJob(type="echo", payload={}) for _ in range(20)])
+    await db.close()
+    await asyncio.to_thread(pg_ctl, server, "-m", "fast", "stop")
+    env = {**os.environ, "DATABASE_URL": dsn, "PIPELINE_PLUGINS": "", "RUN_SCHEDULER": "false",
+           "PIPELINE_STAGES": "tests.pooler.stages:ECHO", "LOG_LEVEL": "ERROR", "WORKER_POLL_SECONDS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "app", "worker"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        await asyncio.sleep(2)
+        assert proc.poll() is None, proc.communicate()  # still waiting, not gone
+        await asyncio.to_thread(pg_ctl, server, "restart")
+        db = await connect(dsn)
+        try:
+            deadline = time.monotonic() + 60
+            while await db.fetchval("SELECT count(*) FROM jobs WHERE status = 'done'") < 20:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+                await asyncio.sleep(0.2)
+        finally:
+            await db.close()
+        proc.send_signal(signal.SIGTERM)
+        out, err = await asyncio.to_thread(proc.communicate, timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-2000:]

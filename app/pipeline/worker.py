@@ -11,18 +11,20 @@ both claim with SKIP LOCKED, and maintenance ticks are enqueued once per period.
 LISTEN needs a session of its own, so the listener connects to `dsn`, the direct URL
 (DATABASE_DIRECT_URL when DATABASE_URL is a transaction pooler); the pool may be the
 pooler's. A database restart does not end the worker: the run records what it can,
-the listener reconnects, and the next run starts after a poll interval."""
+the listener reconnects, and the next run starts after a poll interval. Nor does a
+worker started while the database restarts end: it waits for it as a run does."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import asyncpg
 
 from app.engine.db import connection_lost
 from app.pipeline.loop import Pipeline, RunResult
-from app.pipeline.run_record import RunNotRecorded
+from app.pipeline.run_record import OPEN_RETRY_SECONDS, RunNotRecorded, retrying
 from app.pipeline.stage import Stage
 from app.settings import Settings
 
@@ -65,7 +67,8 @@ class Worker:
         return listener
 
     async def run(self) -> None:
-        listener = await self._listen()  # the first connection must work: a bad URL ends here
+        # started while the database restarts, it waits for it as a run does (a bad login ends here)
+        listener = await retrying(self._listen, time.monotonic() + OPEN_RETRY_SECONDS, "listening for new jobs")
         try:
             while not self._stopped:
                 try:
