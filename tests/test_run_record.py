@@ -6,6 +6,7 @@ own, so the session's server is not disturbed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -92,28 +93,37 @@ async def test_a_restart_under_three_runs_leaves_every_row_closed_and_truthful(o
         await db.close()
 
 
-async def test_a_run_started_while_the_database_is_down_waits_for_it(own_server):
-    """`run-once` started while PostgreSQL is stopped: it waits for the server (as its runs
-    row would) and, once the server is back two seconds later, does its work and writes its
-    row, instead of ending with none."""
-    server, dsn = own_server
+@contextlib.asynccontextmanager
+async def started_while_down(server, dsn, *command: str):
+    """20 echo jobs, the server stopped, then `python -m app <command>` started; yields the
+    process after two seconds, still waiting, with the server started again; kills it if
+    the test leaves it running."""
     db = await connect(dsn)
     await enqueue_many(db, [NewJob(type="echo", payload={}) for _ in range(20)])
     await db.close()
     await asyncio.to_thread(pg_ctl, server, "-m", "fast", "stop")
     env = {**os.environ, "DATABASE_URL": dsn, "PIPELINE_PLUGINS": "", "RUN_SCHEDULER": "false",
-           "PIPELINE_STAGES": "tests.pooler.stages:ECHO", "LOG_LEVEL": "ERROR"}
-    proc = subprocess.Popen([sys.executable, "-m", "app", "run-once", "--budget", "20"], env=env,
+           "PIPELINE_STAGES": "tests.pooler.stages:ECHO", "LOG_LEVEL": "ERROR", "WORKER_POLL_SECONDS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "app", *command], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         await asyncio.sleep(2)
         assert proc.poll() is None, proc.communicate()  # still waiting, not gone
         await asyncio.to_thread(pg_ctl, server, "restart")  # with the options it was started with
-        out, err = await asyncio.to_thread(proc.communicate, timeout=60)
+        yield proc
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+async def test_a_run_started_while_the_database_is_down_waits_for_it(own_server):
+    """`run-once` started while PostgreSQL is stopped: it waits for the server (as its runs
+    row would) and, once the server is back two seconds later, does its work and writes its
+    row, instead of ending with none."""
+    server, dsn = own_server
+    async with started_while_down(server, dsn, "run-once", "--budget", "20") as proc:
+        out, err = await asyncio.to_thread(proc.communicate, timeout=60)
     assert proc.returncode == 0, err[-2000:]
     body = json.loads(out)
     assert body["stopReason"] == "no_work" and body["jobsDone"] == 20
@@ -129,18 +139,7 @@ async def test_a_worker_started_while_the_database_is_down_waits_for_it(own_serv
     and once the server is back drains the jobs and stops on SIGTERM with status 0, instead
     of ending at its first connection (the chaos run found a worker gone this way)."""
     server, dsn = own_server
-    db = await connect(dsn)
-    await enqueue_many(db, [NewJob(type="echo", payload={}) for _ in range(20)])
-    await db.close()
-    await asyncio.to_thread(pg_ctl, server, "-m", "fast", "stop")
-    env = {**os.environ, "DATABASE_URL": dsn, "PIPELINE_PLUGINS": "", "RUN_SCHEDULER": "false",
-           "PIPELINE_STAGES": "tests.pooler.stages:ECHO", "LOG_LEVEL": "ERROR", "WORKER_POLL_SECONDS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "app", "worker"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        await asyncio.sleep(2)
-        assert proc.poll() is None, proc.communicate()  # still waiting, not gone
-        await asyncio.to_thread(pg_ctl, server, "restart")
+    async with started_while_down(server, dsn, "worker") as proc:
         db = await connect(dsn)
         try:
             deadline = time.monotonic() + 60
@@ -151,8 +150,4 @@ async def test_a_worker_started_while_the_database_is_down_waits_for_it(own_serv
             await db.close()
         proc.send_signal(signal.SIGTERM)
         out, err = await asyncio.to_thread(proc.communicate, timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, err[-2000:]
