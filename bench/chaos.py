@@ -190,6 +190,12 @@ SELECT (SELECT count(*) FROM jobs) AS jobs,
        (SELECT count(*) FROM drafts) AS drafts,
        (SELECT count(*) FROM pages) AS pages
 """
+# The failed jobs, by type and last error: the figures say how many, this says why.
+FAILED_WHY = """
+SELECT type, left(last_error, 120) AS last_error, count(*) AS jobs, max(attempts) AS attempts
+FROM jobs WHERE status = 'failed' AND last_error IS DISTINCT FROM 'cancelled'
+GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2 LIMIT 10
+"""
 
 
 # ---- the site and the LLM stand-in, failing on purpose ----
@@ -656,6 +662,7 @@ class Chaos:
             for name, (sql, reads) in INVARIANTS.items():
                 found[name] = await conn.fetchval(sql, *(args[a] for a in reads))
             figures = dict(await conn.fetchrow(FIGURES))
+            figures["failed_why"] = [dict(row) for row in await conn.fetch(FAILED_WHY)]
         finally:
             await conn.close()
         found["shared quota never negative nor above its daily units"] += self.quota_wrong_seen
@@ -797,6 +804,10 @@ def report(result: dict) -> str:
         lines += ["the API's log: " + " | ".join(result["api_log_errors"])[:1500]]
     if result["invocation_errors"]:
         lines += ["invocations that failed (not killed): " + " | ".join(result["invocation_errors"])[:1500]]
+    if result["worker_died"]:
+        lines += ["the worker died on its own; its log ends: " + result["worker_died"][-1500:]]
+    lines += [f"failed: {f['jobs']} {f['type']} job(s) after {f['attempts']} attempt(s): {f['last_error']}"
+              for f in result["figures"]["failed_why"]]
     return "\n".join(lines)
 
 
