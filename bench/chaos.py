@@ -682,9 +682,11 @@ class Chaos:
         self.log(f"chaos: set up in {time.monotonic() - started:.1f} s; seed {self.seed}, "
                  f"{self.scale.lanes} lanes, load for {self.scale.seconds:.0f} s")
         self.t0 = time.monotonic()
-        worker = self.worker = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "app", "worker", cwd=ROOT, env=self.env(PIPELINE_BUDGET_SECONDS=str(self.scale.budget)),
-            stdout=asyncio.subprocess.DEVNULL, stderr=(self.folder / "worker.log").open("wb"))
+        with (self.folder / "worker.log").open("wb") as worker_log:  # the child keeps its own copy
+            worker = self.worker = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "app", "worker", cwd=ROOT,
+                env=self.env(PIPELINE_BUDGET_SECONDS=str(self.scale.budget)),
+                stdout=asyncio.subprocess.DEVNULL, stderr=worker_log)
         every_lane = [lane for _, lanes in self.tenants for lane in lanes]
         background = [asyncio.create_task(c) for c in (
             self.schedule(), self.killer(), self.monitor(), self.timeline(), self.plain_inserts(every_lane),
