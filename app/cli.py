@@ -135,12 +135,11 @@ async def _run_once(args, settings: Settings, plugins: list[Plugin]) -> dict:
 async def _worker(settings: Settings, plugins: list[Plugin], dsn: str) -> None:
     import signal
 
-    from app.pipeline.run_record import OPEN_RETRY_SECONDS
     from app.pipeline.worker import Worker
 
     configure_cli_logging(settings.log_level, budget_seconds=settings.pipeline_budget_seconds)
     runtime = Runtime(settings, plugins=plugins, embedded_database=True)
-    worker = Worker(await runtime.pool_when_up(OPEN_RETRY_SECONDS), dsn, runtime.stages, settings)
+    worker = Worker(await runtime.pool_when_up(), dsn, runtime.stages, settings)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.stop)

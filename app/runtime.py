@@ -223,7 +223,7 @@ class Runtime:
                     setattr(self, attr, await make())
         return getattr(self, attr)
 
-    async def pool_when_up(self, within: float) -> asyncpg.Pool:
+    async def pool_when_up(self, within: float = OPEN_RETRY_SECONDS) -> asyncpg.Pool:
         """The pool, for a run or a worker: one started while the database restarts waits
         for it (as a runs row would, OPEN_RETRY_SECONDS at most, and never past `within`)
         rather than ending; a request (pool()) answers 503 at once."""

@@ -7,7 +7,6 @@ from empty tables."""
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -20,7 +19,7 @@ from app.engine.db import connect, create_pool
 from app.engine.migrate import migrate
 from app.plugin import load_plugins
 from app.settings import Settings
-from tests.tenant_login import as_login, drop_tenant_login, make_tenant_login
+from tests.tenant_login import drop_tenant_login, make_tenant_login, new_login
 
 
 
@@ -130,13 +129,12 @@ async def unfit_login(pool, dsn):
 
     async def make(grant: str) -> str:
         name = f"skiplock_unfit_{os.getpid()}_{len(made)}"
-        password = secrets.token_urlsafe(16)
         try:
-            await pool.execute(f"CREATE ROLE {name} LOGIN PASSWORD '{password}' {grant}")
+            url = await new_login(pool, dsn, name, grant)
         except asyncpg.InsufficientPrivilegeError:
             pytest.skip("this server's test role may not create roles")
         made.append(name)
-        return as_login(dsn, name, password)
+        return url
 
     yield make
     for name in made:

@@ -29,14 +29,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _login(dsn: str) -> tuple[str, str]:
+    """The user and password a DSN logs in with."""
+    url = urlsplit(dsn)
+    return unquote(url.username or "postgres"), unquote(url.password or "")
+
+
 class PgBouncer:
     def __init__(self, folder: Path, server_dsn: str, *, pool_size: int = 2, also: tuple[str, ...] = ()) -> None:
         """also: DSNs of other logins the pooler should let in (their user and password)."""
         self.folder = folder
         url = urlsplit(server_dsn)
-        self.user, self.password = unquote(url.username or "postgres"), unquote(url.password or "")
-        self.logins = [(self.user, self.password)] + [
-            (unquote(u.username), unquote(u.password or "")) for u in map(urlsplit, also)]
+        self.user, self.password = _login(server_dsn)
+        self.logins = [(self.user, self.password)] + [_login(dsn) for dsn in also]
         self.server_host, self.server_port = url.hostname or "127.0.0.1", url.port or 5432
         self.pool_size = pool_size
         self.port = 0
@@ -45,8 +50,7 @@ class PgBouncer:
     def dsn(self, database: str, login: str | None = None) -> str:
         """The DSN of `database` through the pooler: as the server's login, or as the DSN
         `login` (one of `also`) names."""
-        user, password = (self.user, self.password) if login is None else (
-            unquote(urlsplit(login).username), unquote(urlsplit(login).password or ""))
+        user, password = (self.user, self.password) if login is None else _login(login)
         return f"postgresql://{quote(user, safe='')}:{quote(password, safe='')}@127.0.0.1:{self.port}/{database}"
 
     def _write(self, name: str, text: str) -> Path:

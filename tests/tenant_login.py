@@ -13,18 +13,23 @@ import asyncpg
 _LOGINS: dict[str, str] = {}  # the database's URL -> its tenant login's URL
 
 
+async def new_login(db, url: str, name: str, grant: str) -> str:
+    """Create the login role `name` with a fresh password and `grant` (say, IN ROLE
+    skiplock_api), through `db` (a connection or pool of the owner); `url` as that login.
+    asyncpg.InsufficientPrivilegeError where this server's test role may not make roles."""
+    password = secrets.token_urlsafe(16)
+    await db.execute(f'DROP ROLE IF EXISTS "{name}"')
+    await db.execute(f"CREATE ROLE \"{name}\" LOGIN PASSWORD '{password}' {grant}")
+    return as_login(url, name, password)
+
+
 async def make_tenant_login(conn: asyncpg.Connection, url: str) -> str | None:
     """Create the login for the database at `url` (the owner connected as `conn`); None
     when this server's test role may not create roles (then tenants use the owner's)."""
-    parts = urlsplit(url)
-    name = f"{parts.path.lstrip('/')}_tenant"
-    password = secrets.token_urlsafe(16)
     try:
-        await conn.execute(f'DROP ROLE IF EXISTS "{name}"')
-        await conn.execute(f"CREATE ROLE \"{name}\" LOGIN PASSWORD '{password}' IN ROLE skiplock_api")
+        _LOGINS[url] = await new_login(conn, url, f"{urlsplit(url).path.lstrip('/')}_tenant", "IN ROLE skiplock_api")
     except asyncpg.InsufficientPrivilegeError:
         return None
-    _LOGINS[url] = as_login(url, name, password)
     return _LOGINS[url]
 
 

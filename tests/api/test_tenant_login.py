@@ -7,6 +7,8 @@ owner's login it becomes the owner again; on the tenant login it stays a tenant.
 from __future__ import annotations
 
 import logging
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -52,10 +54,17 @@ class _Undo(Exception):
     """Roll an attempt that worked back, so the test database stays whole."""
 
 
-async def client_for(settings) -> tuple[httpx.AsyncClient, object]:
+@asynccontextmanager
+async def client_for(settings) -> AsyncIterator[tuple[httpx.AsyncClient, object]]:
+    """A client on the app with the probe route, and the app; both closed afterwards."""
     app = create_app(settings)
     app.add_api_route("/probe/injected", injected, methods=["GET"], dependencies=[TENANT])
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://skiplock.test"), app
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://skiplock.test")
+    try:
+        yield client, app
+    finally:
+        await client.aclose()
+        await app.state.runtime.close()
 
 
 @pytest.fixture
@@ -72,8 +81,7 @@ async def test_sql_injected_into_a_tenant_request_cannot_climb_out_of_the_tenant
     if login is None:
         pytest.skip("this server's test role may not create roles")
     ann, _ = two_tenants
-    client, app = await client_for(make_settings(dsn))
-    try:
+    async with client_for(make_settings(dsn)) as (client, app):
         r = await client.get("/probe/injected", headers=bearer(ann))
         assert r.status_code == 200, r.text
         seen = r.json()
@@ -81,39 +89,28 @@ async def test_sql_injected_into_a_tenant_request_cannot_climb_out_of_the_tenant
         assert seen["users_seen"] == 1  # still filtered to Ann after RESET ROLE
         assert {k: seen[k] for k in CLIMBS} == dict.fromkeys(CLIMBS, "denied")
         assert (await client.get("/health/ready")).json()["status"] == "ready"
-    finally:
-        await client.aclose()
-        await app.state.runtime.close()
 
 
 async def test_on_the_owners_login_the_same_injection_becomes_the_owner(dsn, pool, two_tenants):
     # what TENANT_DATABASE_URL is for: without it, the request's session is the owner's
     ann, _ = two_tenants
-    client, app = await client_for(make_settings(dsn, tenant_database_url=None))
-    try:
+    async with client_for(make_settings(dsn, tenant_database_url=None)) as (client, app):
         seen = (await client.get("/probe/injected", headers=bearer(ann))).json()
         assert seen["login"] == seen["now"] == urlsplit(dsn).username
         assert seen["users_seen"] == 2
         assert {k: seen[k] for k in CLIMBS} == dict.fromkeys(CLIMBS, "done")
-    finally:
-        await client.aclose()
-        await app.state.runtime.close()
 
 
 async def test_admin_keys_and_the_pipeline_keep_the_owners_login(dsn, pool, admin_key):
     if tenant_login_url(dsn) is None:
         pytest.skip("this server's test role may not create roles")
-    client, app = await client_for(make_settings(dsn))
-    try:
+    async with client_for(make_settings(dsn)) as (client, app):
         assert (await client.get("/jobs", headers=bearer(admin_key))).status_code == 200
         assert (await client.post("/cron/pipeline", headers={"Authorization": "Bearer test-cron-secret-0123456789"},
                                   json={})).status_code == 200
         seen = (await client.get("/probe/injected", headers=bearer(admin_key))).json()
         assert seen["login"] == urlsplit(dsn).username
         assert app.state.runtime._tenant_pool is None  # never opened for an admin
-    finally:
-        await client.aclose()
-        await app.state.runtime.close()
 
 
 @pytest.mark.parametrize("grant, reason", [
@@ -127,8 +124,7 @@ async def test_a_tenant_login_that_may_do_more_than_the_api_role_is_refused(
         dsn, pool, two_tenants, admin_key, unfit_login, caplog, grant, reason):
     url = dsn if grant == "owner" else await unfit_login(grant)
     ann, _ = two_tenants
-    client, app = await client_for(make_settings(dsn, tenant_database_url=url))
-    try:
+    async with client_for(make_settings(dsn, tenant_database_url=url)) as (client, app):
         with caplog.at_level(logging.ERROR, logger="skiplock.runtime"):
             r = await client.get("/jobs", headers=bearer(ann))
         assert_error(r, 503, "tenant_login_refused")
@@ -140,9 +136,6 @@ async def test_a_tenant_login_that_may_do_more_than_the_api_role_is_refused(
         # and readiness says so, so a deploy stops here rather than in front of tenants
         error = assert_error(await client.get("/health/ready"), 503, "not_ready")
         assert error["details"] == {"database": "reachable", "tenantLogin": "tenant login refused"}
-    finally:
-        await client.aclose()
-        await app.state.runtime.close()
 
 
 def test_a_blank_tenant_login_is_unset_and_one_without_the_owners_is_refused():
@@ -156,8 +149,7 @@ async def test_a_refused_login_fixed_in_the_database_serves_without_a_restart(
         dsn, pool, two_tenants, unfit_login):
     url = await unfit_login("IN ROLE skiplock_api, skiplock_admin")
     ann, _ = two_tenants
-    client, app = await client_for(make_settings(dsn, tenant_database_url=url))
-    try:
+    async with client_for(make_settings(dsn, tenant_database_url=url)) as (client, app):
         assert_error(await client.get("/jobs", headers=bearer(ann)), 503, "tenant_login_refused")
         await pool.execute(f"REVOKE skiplock_admin FROM {urlsplit(url).username}")
         # until the recheck, the refusal stands (and costs no connection)
@@ -165,6 +157,3 @@ async def test_a_refused_login_fixed_in_the_database_serves_without_a_restart(
         app.state.runtime._tenant_refused_until = 0.0  # as TENANT_RECHECK_SECONDS later
         r = await client.get("/jobs", headers=bearer(ann))
         assert r.status_code == 200, r.text
-    finally:
-        await client.aclose()
-        await app.state.runtime.close()

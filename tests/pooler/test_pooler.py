@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from urllib.parse import urlsplit
 
 import asyncpg
 import httpx
@@ -148,7 +149,7 @@ async def test_two_tenants_sharing_server_sessions_see_only_their_own(pool, dsn,
         sessions = {r for r in results if r is not None}
         assert sessions == {("postgres", "none", "")}
         if login == "tenant":  # the pooler holds the tenant login's server sessions
-            tenant_user = pooled_tenant_dsn.split("//")[1].split(":")[0]
+            tenant_user = urlsplit(pooled_tenant_dsn).username
             assert await pool.fetchval("SELECT count(*) FROM pg_stat_activity WHERE usename = $1", tenant_user) >= 1
     finally:
         await raw.close()
