@@ -143,6 +143,8 @@ class Idempotency:
             await database_unavailable_response(exc)(scope, _no_receive, send)
             return
         body = await _read_body(receive)  # at most MAX_BODY_BYTES: app/api/body_limit.py counts it
+        if body is None:
+            return  # the client left mid-body: nothing to act on, nobody to answer, the key untouched
         method = scope["method"]
         path = scope.get("path", "").replace("\x00", "%00")  # a NUL in a path parameter is not storable text
         fp = fingerprint(method, path, scope.get("query_string", b""), body)
@@ -263,13 +265,14 @@ async def _no_receive() -> Message:
     return {"type": "http.disconnect"}
 
 
-async def _read_body(receive: Receive) -> bytes:
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole body, or None when the client went away before sending all of it (acted
+    on, the cut body would be refused and its 422 kept, and the key's retry refused)."""
     parts: list[bytes] = []
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            break
+            return None
         parts.append(message.get("body", b""))
         if not message.get("more_body", False):
-            break
-    return b"".join(parts)
+            return b"".join(parts)

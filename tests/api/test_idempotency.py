@@ -1,5 +1,6 @@
 """Idempotency-Key: the first answer replayed, a reused key refused, concurrent
-requests acting once, answers that are not kept, and expiry by maintenance."""
+requests acting once, answers that are not kept, a request cut off mid-body, and expiry
+by maintenance."""
 
 from __future__ import annotations
 
@@ -150,6 +151,30 @@ async def test_refused_credentials_and_server_errors_give_the_key_back(make_clie
     down = await make_client(make_settings("postgresql://postgres@127.0.0.1:1/none"), stages=[])
     r = await down.post("/jobs", json={"type": "record"}, headers=k)
     assert_error(r, 503, "database_unavailable")
+
+
+async def test_a_request_cut_off_mid_body_leaves_its_key_for_the_retry(make_client, pool, admin_key):
+    """The connection drops after part of the body: acting on the part would store its 422
+    under the key, and the client's retry of the whole request would be refused as a
+    reuse of the key."""
+    client = await make_client(stages=[Recorder("record").stage], via="uvicorn")
+    k = key()
+    body = b'{"type": "record", "payload": {"note": "' + b"x" * 100 + b'"}}'
+    head = "\r\n".join(["POST /jobs HTTP/1.1", "Host: 127.0.0.1", f"Authorization: Bearer {admin_key}",
+                         "Content-Type: application/json", f"Idempotency-Key: {k['Idempotency-Key']}",
+                         f"Content-Length: {len(body)}", "", ""]).encode()
+    for cut in (0, 40, len(body) - 1):
+        _, writer = await asyncio.open_connection(client.base_url.host, client.base_url.port)
+        writer.write(head + body[:cut])
+        await writer.drain()
+        await asyncio.sleep(0.2)
+        writer.close()
+        await writer.wait_closed()
+    await asyncio.sleep(0.3)
+    assert await pool.fetchval("SELECT count(*) FROM idempotency_keys") == 0
+    retry = await client.post("/jobs", content=body, headers={**k, "Content-Type": "application/json"})
+    assert retry.status_code == 201, retry.text
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 1
 
 
 async def test_expiry_forgets_old_keys_in_maintenance(pool, dsn):
