@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import re
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
@@ -142,8 +143,8 @@ async def _first_message_key(ws: WebSocket) -> str | None:
     try:
         text = await asyncio.wait_for(ws.receive_text(), timeout=AUTH_WAIT_SECONDS)
         message = json.loads(text)
-    except (asyncio.TimeoutError, ValueError, KeyError, RuntimeError):
-        return None
+    except (asyncio.TimeoutError, ValueError, KeyError, RuntimeError, WebSocketDisconnect):
+        return None  # gone before it said who it is: refused like any keyless socket
     if isinstance(message, dict) and message.get("type") == "auth" and isinstance(message.get("key"), str):
         return message["key"]
     return None
@@ -180,35 +181,48 @@ async def events_ws(ws: WebSocket) -> None:
         readable = await store.room_readable(conn, room)
     if not readable:
         return await _refuse(ws, 4404, "not_found", f"no room {room} that this key can read", {"room": room})
+
+    async def key_still_valid() -> bool:
+        return await authenticate(await owner_pool_of(ws), key) is not None
+
     try:
-        await _stream(ws, pool, actor, room, after)
+        await _stream(ws, pool, actor, room, after, key_still_valid)
     except WebSocketDisconnect:
         pass
 
 
-async def _stream(ws: WebSocket, pool, actor: Actor, room: str, after: int) -> None:
+async def _stream(ws: WebSocket, pool, actor: Actor, room: str, after: int, key_still_valid) -> None:
     settings = ws.app.state.runtime.settings
     hub = event_hub(ws.app)
     closed = asyncio.create_task(_until_closed(ws))
+    checked = time.monotonic()
     try:
         async with hub.subscribe(room, after) as sub:
             await _catch_up(ws, pool, actor, sub, settings.events_replay)
             await ws.send_text(json.dumps({"type": "live", "room": room, "seq": sub.cursor}))
+            catch_up_due = False
             while not closed.done():
+                # live events come from the hub, not from a query as the tenant: the key is
+                # asked for again every RECHECK_SECONDS, so a revoked one stops the stream
+                if time.monotonic() - checked >= RECHECK_SECONDS:
+                    if not await key_still_valid():
+                        return await _refuse(ws, 4401, "unauthorized", "this API key was revoked")
+                    checked = time.monotonic()
+                if catch_up_due:
+                    await _catch_up(ws, pool, actor, sub, settings.events_replay)
+                    catch_up_due = False
                 waiting = asyncio.create_task(sub.wait())
                 done, _ = await asyncio.wait({waiting, closed}, timeout=RECHECK_SECONDS,
                                              return_when=asyncio.FIRST_COMPLETED)
                 if waiting not in done:
                     waiting.cancel()
-                    if closed.done():
-                        break
                     # now and then, the database itself: a room whose watch was registered
                     # while a writer was committing got no NOTIFY for that one write
-                    await _catch_up(ws, pool, actor, sub, settings.events_replay)
+                    catch_up_due = True
                     continue
                 batch = waiting.result()
-                if batch is None:
-                    await _catch_up(ws, pool, actor, sub, settings.events_replay)
+                if batch is None:  # this subscriber fell behind: the database has the rest
+                    catch_up_due = True
                     continue
                 for event in batch:
                     await ws.send_text(json.dumps(event.json()))

@@ -1,11 +1,13 @@
 """Events as they commit: the WebSocket replays, then streams a change made in another
-process (LISTEN/NOTIFY on its own connection); its ways to authenticate; and a
-subscriber too slow for its bounded queue, which gets a gap instead of more memory."""
+process (LISTEN/NOTIFY on its own connection); its ways to authenticate; a key revoked
+while its stream is busy; and a subscriber too slow for its bounded queue, which gets a
+gap instead of more memory."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 
@@ -13,10 +15,13 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from app.api import events as events_api
 from app.engine import events as store
+from app.engine.accounts import KEY_SHAPE, revoke_key
 from app.engine.db import connect as db_connect
+from app.engine.tenancy import acting
 from app.events.hub import EventHub
-from tests.events.conftest import person_enqueues
+from tests.events.conftest import PERSON, person_enqueues
 
 WAIT = 10  # seconds: generous on a loaded machine; the path under test never polls
 
@@ -79,6 +84,54 @@ async def test_websocket_replays_then_streams_across_processes(pool, dsn, serve,
             with pytest.raises(ConnectionClosed):
                 await asyncio.wait_for(ws.recv(), WAIT)
             assert ws.close_code == code
+
+
+async def test_a_revoked_key_stops_its_stream_while_events_flow(pool, serve, tenants, monkeypatch):
+    """Live events reach the socket from the hub, not through a query as the tenant, so a
+    busy room never asked about the key again: revoked (leaked, say), it kept reading."""
+    monkeypatch.setattr(events_api, "RECHECK_SECONDS", 1.0)
+    a, _, _ = tenants
+    _, host = await serve()
+    room = f"lane:{a.lane}"
+
+    async def keep_the_room_busy():
+        while True:
+            await person_enqueues(pool, a.lane)
+            await asyncio.sleep(0.2)
+
+    async with connect(f"ws://{host}/events/ws?room={room}",
+                       additional_headers={"Authorization": f"Bearer {a.key}"}) as ws:
+        assert (await _recv(ws))["type"] == "live"
+        busy = asyncio.create_task(keep_the_room_busy())
+        try:
+            assert (await _recv(ws))["type"] == "jobs.created"     # streaming
+            async with acting(pool, PERSON) as conn:
+                assert await revoke_key(conn, KEY_SHAPE.match(a.key).group(1))
+            revoked_at = asyncio.get_running_loop().time()
+            while True:  # events committed before the check may still come; then the refusal
+                message = await _recv(ws)
+                if message["type"] != "jobs.created":
+                    break
+                assert asyncio.get_running_loop().time() - revoked_at < WAIT
+            assert message["type"] == "error" and message["error"]["code"] == "unauthorized"
+            with pytest.raises(ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), WAIT)
+            assert ws.close_code == 4401
+        finally:
+            busy.cancel()
+
+
+async def test_a_socket_gone_before_its_key_is_refused_quietly(pool, serve, tenants, caplog):
+    """Closed before the first message that would carry the key: no error and no
+    traceback in the server's log (anyone could fill it so)."""
+    a, _, _ = tenants
+    _, host = await serve()
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            async with connect(f"ws://{host}/events/ws?room=lane:{a.lane}"):
+                pass  # no Authorization header, no subprotocol: the server waits for a message
+        await asyncio.sleep(0.5)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 async def test_slow_subscriber_gets_a_gap_not_memory(pool, dsn, tenants):
