@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from app.api.deps import pool_of
 from app.api.errors import ApiError
@@ -33,7 +33,7 @@ class BatchJobIn(BaseModel):
         default_factory=dict,
         description="a JSON object: what the stage declares for its type, at most MAX_PAYLOAD_BYTES of JSON, "
                     "no NUL character anywhere")
-    total: int | None = Field(None, ge=0, le=MAX_TOTAL, description="expected units of work, for a progress bar")
+    total: StrictInt | None = Field(None, ge=0, le=MAX_TOTAL, description="expected units of work, for a progress bar")
 
 
 class BatchIn(BaseModel):
@@ -102,6 +102,12 @@ async def create_batch_in_lane(lane: uuid.UUID, body: BatchIn, request: Request,
         raise ApiError(422, "unknown_job_type",
                        f"unknown job type {unknown[0]!r}; the stages are: {', '.join(known)}",
                        {"unknown": unknown, "known": known})
+    types = [j.type for j in body.jobs]
+    twice = sorted({t for t in types if types.count(t) > 1})
+    if twice:
+        raise ApiError(422, "duplicate_job_type",
+                       f"job type {twice[0]!r} is asked for more than once; a batch makes one job per type",
+                       {"duplicates": twice})
     requests = [BatchRequest(j.type, accepted_payload(request, j.type, j.payload, ("body", "jobs", i, "payload")),
                              j.total) for i, j in enumerate(body.jobs)]
     try:

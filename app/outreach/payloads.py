@@ -17,7 +17,7 @@ import re
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator, model_validator
 
 from app.egress import literal_refusal, parse_allow_list
 
@@ -56,7 +56,7 @@ class CrawlPayload(BaseModel):
     page_id: uuid.UUID | None = Field(None, description="a page the pipeline has recorded")
     url: str | None = Field(None, max_length=MAX_URL_LENGTH, json_schema_extra={"pattern": URL_PATTERN},
                             description="a page to discover (at depth 0) and fetch")
-    depth: int | None = Field(None, ge=0, le=MAX_CRAWL_DEPTH, description="clicks from the home page")
+    depth: StrictInt | None = Field(None, ge=0, le=MAX_CRAWL_DEPTH, description="clicks from the home page")
 
     @field_validator("url")
     @classmethod

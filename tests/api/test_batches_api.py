@@ -59,6 +59,12 @@ async def test_bad_requests_are_clear_4xx(make_client, pool, recorder):
     assert missing.status_code == 404
     param = await client.post(f"/lanes/{c}/batches?force=1", json={"jobs": [{"type": "record"}]})
     assert param.status_code == 400 and "'force'" in param.json()["error"]["message"]
+    twice = await client.post(f"/lanes/{c}/batches", json={"jobs": [{"type": "record"}, {"type": "record", "total": 2}]})
+    assert twice.status_code == 422 and twice.json()["error"]["code"] == "duplicate_job_type", twice.text
+    assert twice.json()["error"]["details"] == {"duplicates": ["record"]}
+    for total in (True, "3", 2.5):
+        odd = await client.post(f"/lanes/{c}/batches", json={"jobs": [{"type": "record", "total": total}]})
+        assert odd.status_code == 422 and odd.json()["error"]["code"] == "invalid_request", (total, odd.text)
     garbage = await client.post(f"/lanes/{c}/batches", content=b"{not json",
                                 headers={"content-type": "application/json"})
     assert garbage.status_code == 422

@@ -223,12 +223,15 @@ async def test_a_payload_must_be_what_its_stage_declares(make_client, pool, dsn)
         ({"type": "crawl", "payload": {"url": "ftp://example.com/"}}, "body.payload.url", "http(s) URL"),
         ({"type": "crawl", "payload": {"url": "https://example.com/", "depth": 101}}, "body.payload.depth", "100"),
         ({"type": "crawl", "payload": {"url": "https://example.com/", "depth": 2**31}}, "body.payload.depth", "100"),
+        # a number is a JSON number: not true (1 to Python), not a string of digits
+        ({"type": "crawl", "payload": {"url": "https://example.com/", "depth": True}}, "body.payload.depth", "integer"),
+        ({"type": "crawl", "payload": {"url": "https://example.com/", "depth": "2"}}, "body.payload.depth", "integer"),
     ):
         error = assert_error(await client.post("/jobs", json=body), 422, "invalid_request")
         assert error["details"][0]["location"] == where and needle in error["details"][0]["message"], (body, error)
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
     # what fits is stored as declared: the fields sent, in their types
-    made = await client.post("/jobs", json={"type": "crawl", "payload": {"url": "https://example.com/a", "depth": "2"}})
+    made = await client.post("/jobs", json={"type": "crawl", "payload": {"url": "https://example.com/a", "depth": 2}})
     assert made.status_code == 201, made.text
     assert made.json()["job"]["payload"] == {"url": "https://example.com/a", "depth": 2}
     draft = await client.post("/jobs", json={"type": "draft", "payload": {"contact_id": contact.upper()}})
