@@ -121,15 +121,38 @@ async def _enqueue(args, settings: Settings, plugins: list[Plugin], dsn: str) ->
 
 
 async def _run_once(args, settings: Settings, plugins: list[Plugin]) -> dict:
-    if args.budget is not None and args.budget <= 0:
+    if args.budget is not None and not args.budget > 0:  # NaN too
         raise CliError("--budget must be a positive number of seconds")
     configure_cli_logging(settings.log_level, budget_seconds=run_limits(settings, args.budget, None).budget)
     runtime = Runtime(settings, plugins=plugins, embedded_database=True)
     try:
-        result = await runtime.run(args.trigger, args.budget)
+        result = await runtime.run(args.trigger, args.budget, stoppable=_stop_on_signals(settings))
     finally:
         await runtime.close()
     return run_json(result.row, result.budget_seconds)
+
+
+def _stop_on_signals(settings: Settings):
+    """Ctrl-C or SIGTERM stops a run-once as they stop a worker: no new claims, in-flight
+    jobs get WORKER_GRACE_SECONDS and are then handed back (no attempt spent), and the runs
+    row is written. A second one quits at once (the run then looks abandoned until the next
+    run closes it, and its jobs wait out their lease)."""
+    import signal
+
+    def install(stop) -> None:
+        loop = asyncio.get_running_loop()
+
+        def first(sig: signal.Signals) -> None:
+            for s in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(s)  # the next one is KeyboardInterrupt, or the default kill
+            print(f"skiplock: {sig.name}: stopping the run; in-flight jobs get {settings.worker_grace_seconds:g}s "
+                  "(again to quit at once)", file=sys.stderr)
+            stop()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, first, sig)
+
+    return install
 
 
 async def _worker(settings: Settings, plugins: list[Plugin], dsn: str) -> None:

@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import asyncpg
 
@@ -232,15 +232,20 @@ class Runtime:
             return await retrying(self._open_pool, deadline, "connecting to the database")
 
     async def run(self, trigger: str, requested: float | None = None,
-                  remaining: float | None = None) -> RunResult:
+                  remaining: float | None = None, *,
+                  stoppable: Callable[[Callable[[], None]], None] | None = None) -> RunResult:
         """One run of the stages. requested: the seconds asked for (None: the setting);
-        remaining: Lambda's time left, read once by the caller (None: not in Lambda)."""
+        remaining: Lambda's time left, read once by the caller (None: not in Lambda);
+        stoppable: handed a function that stops the run as a worker stops (no new claims,
+        in-flight jobs get WORKER_GRACE_SECONDS, then are deferred), e.g. on Ctrl-C."""
         limits = run_limits(self.settings, requested, remaining)
         pool = await self.pool_when_up(limits.hard_limit)
+        pipeline = Pipeline(pool, self.stages, self.settings)
+        if stoppable is not None:
+            stoppable(lambda: pipeline.stop(self.settings.worker_grace_seconds))
         with database_errors():  # the runs row could not even be written
             try:
-                return await Pipeline(pool, self.stages, self.settings).run(
-                    trigger, budget=limits.budget, hard_limit=limits.hard_limit)
+                return await pipeline.run(trigger, budget=limits.budget, hard_limit=limits.hard_limit)
             except RunNotRecorded as exc:  # its message says which run and why
                 raise DatabaseUnavailable(str(exc)) from exc
 

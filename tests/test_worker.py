@@ -1,4 +1,5 @@
-"""The long-running worker: woken by NOTIFY, and a clean SIGTERM."""
+"""The long-running worker: woken by NOTIFY, and a clean SIGTERM; `run-once` stops as
+cleanly on Ctrl-C."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from app.engine import jobs as q
 from app.engine.jobs import NewJob
@@ -52,17 +55,23 @@ async def test_worker_wakes_on_notify_well_before_its_poll(pool, dsn):
     assert row["finished_at"] is not None and row["jobs_done"] == 1
 
 
-async def test_sigterm_mid_batch_defers_in_flight_work_and_exits_zero(pool, dsn):
+@pytest.mark.parametrize("command, sig, trigger", [("worker", signal.SIGTERM, "worker"),
+                                                  ("run-once", signal.SIGINT, "manual")])
+async def test_a_signal_mid_batch_defers_in_flight_work_and_exits_zero(pool, dsn, command, sig, trigger):
+    """SIGTERM to a worker, Ctrl-C to a run-once: no new claims, the jobs in flight handed
+    back after the grace with no attempt spent, the runs row written. (A run-once used to
+    die on Ctrl-C: its row open, its jobs running until their lease ran out, an attempt
+    gone each time.)"""
     env = {**os.environ, "DATABASE_URL": dsn, "PIPELINE_STAGES": "tests.slow_stages:STAGES",
            "WORKER_GRACE_SECONDS": "0.5", "WORKER_POLL_SECONDS": "0.2"}
     ids = await q.enqueue_many(pool, [NewJob(type="slow", payload={"seconds": 30}) for _ in range(6)])
-    proc = subprocess.Popen([sys.executable, "-m", "app", "worker"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "app", command], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert await wait_until(lambda: pool.fetchval(
             "SELECT count(*) = 4 FROM jobs WHERE type = 'slow' AND status = 'running'"), timeout=20)
         started = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         code = await asyncio.to_thread(proc.wait, 15)
     finally:
         if proc.poll() is None:
@@ -73,5 +82,5 @@ async def test_sigterm_mid_batch_defers_in_flight_work_and_exits_zero(pool, dsn)
     rows = await pool.fetch("SELECT status, attempts FROM jobs WHERE id = ANY($1)", ids)
     assert {r["status"] for r in rows} == {"pending"}  # none left running, none failed
     assert {r["attempts"] for r in rows} == {0}        # deferred work burns no attempt
-    run = await pool.fetchrow("SELECT * FROM runs WHERE trigger = 'worker' ORDER BY started_at DESC LIMIT 1")
+    run = await pool.fetchrow("SELECT * FROM runs WHERE trigger = $1 ORDER BY started_at DESC LIMIT 1", trigger)
     assert run["finished_at"] is not None and run["jobs_deferred"] == 4 and run["jobs_failed"] == 0
