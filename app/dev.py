@@ -23,6 +23,7 @@ from pathlib import Path
 
 import uvicorn
 
+from app.api.events import WS_MAX_MESSAGE_BYTES
 from app.api.main import create_app
 from app.runtime import DATABASE_ERRORS, DatabaseUnavailable, Runtime
 from app.devdb import DEV_PID_FILE, PASSWORD_FILE, LocalPostgresError, pid_alive, without_password
@@ -223,7 +224,8 @@ async def serve(settings: Settings, plugins: list[Plugin], signals: "_Signals", 
             await plugin.dev_setup(app, pool, settings)
     print(api_banner(settings, await local_admin_key(pool, Path(settings.local_data_dir))), flush=True)
     config = uvicorn.Config(app, host=settings.local_host, port=settings.local_port,
-                            log_config=None, lifespan="on", access_log=True)
+                            log_config=None, lifespan="on", access_log=True,
+                            ws_max_size=WS_MAX_MESSAGE_BYTES)  # not 16 MiB per frame for a keyless client
     server = uvicorn.Server(config)
     signals.server = server
     tick = Ticker(runtime, settings.local_tick_seconds)

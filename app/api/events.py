@@ -16,6 +16,7 @@ import contextlib
 import json
 import re
 import time
+from collections import Counter
 from typing import Any
 
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
@@ -41,6 +42,8 @@ BEARER_PROTOCOL = "bearer."
 AUTH_WAIT_SECONDS = 5.0
 CATCH_UP_PAGE = 500
 RECHECK_SECONDS = 5.0
+STREAMS_PER_KEY = 10
+WS_MAX_MESSAGE_BYTES = 64 * 1024
 _AFTER = re.compile(r"^[0-9]{1,18}$")
 
 
@@ -185,10 +188,34 @@ async def events_ws(ws: WebSocket) -> None:
     async def key_still_valid() -> bool:
         return await authenticate(await owner_pool_of(ws), key) is not None
 
+    streams = _open_streams(ws.app)
+    if streams[actor.key.prefix] >= STREAMS_PER_KEY:
+        return await _refuse(ws, 4429, "too_many_streams",
+                             f"this API key already has {STREAMS_PER_KEY} event streams open here; close one "
+                             "(one stream per room you show is enough)", {"limit": STREAMS_PER_KEY})
+    streams[actor.key.prefix] += 1
     try:
         await _stream(ws, pool, actor, room, after, key_still_valid)
     except WebSocketDisconnect:
         pass
+    finally:
+        streams[actor.key.prefix] -= 1
+        if not streams[actor.key.prefix]:
+            del streams[actor.key.prefix]
+
+
+def _open_streams(app) -> Counter:
+    """The streams open in this process, by API key prefix."""
+    if not hasattr(app.state, "event_streams"):
+        app.state.event_streams = Counter()
+    return app.state.event_streams
+
+
+async def _send(ws: WebSocket, item: dict) -> None:
+    try:
+        await ws.send_text(json.dumps(item))
+    except RuntimeError as exc:  # the server closed it already: the client went, or stopped answering pings
+        raise WebSocketDisconnect(1006) from exc
 
 
 async def _stream(ws: WebSocket, pool, actor: Actor, room: str, after: int, key_still_valid) -> None:
@@ -199,7 +226,7 @@ async def _stream(ws: WebSocket, pool, actor: Actor, room: str, after: int, key_
     try:
         async with hub.subscribe(room, after) as sub:
             await _catch_up(ws, pool, actor, sub, settings.events_replay)
-            await ws.send_text(json.dumps({"type": "live", "room": room, "seq": sub.cursor}))
+            await _send(ws, {"type": "live", "room": room, "seq": sub.cursor})
             catch_up_due = False
             while not closed.done():
                 # live events come from the hub, not from a query as the tenant: the key is
@@ -225,7 +252,7 @@ async def _stream(ws: WebSocket, pool, actor: Actor, room: str, after: int, key_
                     catch_up_due = True
                     continue
                 for event in batch:
-                    await ws.send_text(json.dumps(event.json()))
+                    await _send(ws, event.json())
                     sub.cursor = event.seq
     except asyncio.TimeoutError:
         await _refuse(ws, 1011, "unavailable", "the event listener could not reach the database; try again")
@@ -239,7 +266,7 @@ async def _catch_up(ws: WebSocket, pool, actor: Actor, sub: Subscription, window
         async with tenant_transaction(pool, actor) as conn:
             page = await store.read_after(conn, sub.room, sub.cursor, window, CATCH_UP_PAGE)
         for item in page.items():
-            await ws.send_text(json.dumps(item))
+            await _send(ws, item)
         sub.cursor = page.cursor
         if sub.cursor >= page.head:
             return

@@ -6,6 +6,7 @@ gap instead of more memory."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import subprocess
@@ -132,6 +133,38 @@ async def test_a_socket_gone_before_its_key_is_refused_quietly(pool, serve, tena
                 pass  # no Authorization header, no subprotocol: the server waits for a message
         await asyncio.sleep(0.5)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+async def test_one_key_holds_at_most_ten_streams_in_a_process(pool, serve, tenants):
+    """A thousand sockets on one key, each replaying its room, stalled every other tenant's
+    requests for minutes: a key's streams are capped (STREAMS_PER_KEY), other keys unaffected."""
+    a, b, _ = tenants
+    _, host = await serve()
+
+    def follow(key: str):
+        return connect(f"ws://{host}/events/ws?room=account:{a.user_id if key == a.key else b.user_id}",
+                       additional_headers={"Authorization": f"Bearer {key}"})
+
+    async with contextlib.AsyncExitStack() as held:
+        sockets = [await held.enter_async_context(follow(a.key)) for _ in range(events_api.STREAMS_PER_KEY)]
+        for ws in sockets:
+            assert (await _recv(ws))["type"] == "live"
+        async with follow(a.key) as extra:
+            message = await _recv(extra)
+            assert message["type"] == "error" and message["error"]["code"] == "too_many_streams"
+            with pytest.raises(ConnectionClosed):
+                await asyncio.wait_for(extra.recv(), WAIT)
+            assert extra.close_code == 4429
+        async with follow(b.key) as other:                          # another key is not held back
+            assert (await _recv(other))["type"] == "live"
+        await sockets[0].close()
+        for _ in range(WAIT * 20):                                  # a closed stream frees its place
+            async with follow(a.key) as again:
+                if (await _recv(again))["type"] == "live":
+                    break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("a closed stream's place was never freed")
 
 
 async def test_slow_subscriber_gets_a_gap_not_memory(pool, dsn, tenants):

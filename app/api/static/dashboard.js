@@ -321,9 +321,11 @@ function connect() {
     try { item = JSON.parse(message.data); } catch (err) { return; }
     receive(item);
   };
-  socket.onclose = () => {
+  socket.onclose = (event) => {
     if (state.socket !== socket || state.closing) return;
     state.socket = null;
+    if (event.code === 4401) { logout("This API key is no longer valid: log in again."); return; }
+    if (event.code === 4429) { startPolling(); return; } // this key's streams are all in use
     if (!opened) state.failures += 1;
     if (state.failures >= 3) { startPolling(); return; }
     setLive("Reconnecting…", "warn");
