@@ -1,5 +1,6 @@
 """A real HTTP server on 127.0.0.1 for tests: records what it receives and answers
-from a script of statuses (the last one repeats)."""
+from a script of statuses (the last one repeats), with an empty body, or one that never
+ends (`endless_body`: a hostile receiver)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class Received:
 class Receiver:
     statuses: list[int] = field(default_factory=lambda: [200])
     extra_headers: dict[str, str] = field(default_factory=dict)
+    endless_body: bool = False
     received: list[Received] = field(default_factory=list)
 
     def __enter__(self) -> "Receiver":
@@ -32,8 +34,16 @@ class Receiver:
                 self.send_response(status)
                 for k, v in owner.extra_headers.items():
                     self.send_header(k, v)
-                self.send_header("content-length", "0")
+                if not owner.endless_body:
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
                 self.end_headers()
+                try:
+                    while True:  # until the client hangs up
+                        self.wfile.write(b"\0" * 65536)
+                except OSError:
+                    pass
 
             def log_message(self, *args):
                 pass

@@ -130,3 +130,32 @@ async def test_a_receiver_asking_to_wait_defers_without_burning_attempts(pool):
     row = await pool.fetchrow("SELECT status, attempts, run_after - now() AS wait FROM jobs WHERE type = 'notify'")
     assert row["status"] == "pending" and row["attempts"] == 0
     assert 100 < row["wait"].total_seconds() <= 120
+
+
+async def test_a_receiver_asking_to_wait_for_ever_waits_a_day(pool):
+    """A Retry-After of 10^20 seconds overflowed the date: every attempt failed on it."""
+    with Receiver(statuses=[503], extra_headers={"Retry-After": "9" * 20}) as hook:
+        s = settings(hook, webhook_url=hook.url, webhook_secret=SECRET)
+        c = await f.campaign(pool, await f.user(pool))
+        await b.create_batch(pool, c, [BatchRequest("a")])
+        await pool.execute("UPDATE jobs SET status = 'done', attempts = 1, finished_at = now()")
+        await Pipeline(pool, [], s).run("cron")
+    row = await pool.fetchrow("SELECT status, attempts, run_after - now() AS wait, last_error "
+                              "FROM jobs WHERE type = 'notify'")
+    assert (row["status"], row["attempts"]) == ("pending", 0), row["last_error"]
+    assert 86_000 < row["wait"].total_seconds() <= 86_400
+
+
+async def test_a_receiver_whose_answer_never_ends_is_not_read(pool):
+    """Only the status counts: a receiver streaming an endless body was read into memory
+    (gigabytes) until the stage's timeout, and the delivery failed."""
+    with Receiver(endless_body=True) as hook:
+        s = settings(hook, webhook_url=hook.url, webhook_secret=SECRET)
+        c = await f.campaign(pool, await f.user(pool))
+        await b.create_batch(pool, c, [BatchRequest("a")])
+        await pool.execute("UPDATE jobs SET status = 'done', attempts = 1, finished_at = now()")
+        async with asyncio.timeout(8):  # far less than the stage's 30 s timeout
+            await Pipeline(pool, [], s).run("cron")
+    assert len(hook.received) == 1
+    row = await pool.fetchrow("SELECT status, last_error FROM jobs WHERE type = 'notify'")
+    assert row["status"] == "done", row["last_error"]
