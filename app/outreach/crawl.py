@@ -86,7 +86,7 @@ def same_site_links(parsed: ParsedPage, page_url: str) -> list[str]:
             continue
         try:
             url = normalize_url(href, base=base)
-        except BadUrl:  # mailto:, javascript:, tel:, broken
+        except BadUrl:  # mailto:, javascript:, tel:, broken, control characters, too long
             continue
         if same_site(url, page_url) and url != page_url:
             out[url] = None

@@ -3,12 +3,18 @@
 into `contacts`, unique per campaign and value, with the page each came from. Every new
 contact gets a `draft` job.
 
+A page is hostile input: it is read in a parse worker with the parser's deadline
+(app.outreach.html.off_the_loop), addresses are looked for around each `@` in bounded
+windows (never one regex search over the whole page, which holds the GIL until it ends),
+and one page gives at most MAX_CONTACTS_PER_PAGE contacts, the first in page order.
+
     payload: {"page_id": "..."}   (a page of the job's campaign; see app/outreach/scope.py)
 """
 
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
@@ -17,14 +23,23 @@ from app.engine import jobs as q
 from app.engine.jobs import Job, NewJob
 from app.outreach.sql import query
 from app.pipeline.stage import Context, FailJob
-from app.outreach.html import MAX_PARSE_CHARS, parse_page
+from app.outreach.html import MAX_PARSE_CHARS, PageNotParsed, off_the_loop, parse_html
 from app.outreach.scope import campaign_of, not_in_campaign, payload_id
 from app.outreach.settings import outreach_settings
 
 DRAFT = "draft"
+MAX_CONTACTS_PER_PAGE = 50   # the first ones in page order; the rest of the page's are not kept
+MAX_LOCAL_PART = 64          # RFC 5321 4.5.3.1: longer parts or domains are no addresses
+MAX_DOMAIN = 255
+MAX_ATS_EXAMINED = 10_000    # `@`s of a page's text looked at: a page of more is no contact page
+_CLOCK_EVERY = 256           # links or `@`s between looks at the deadline
 
 EMAIL = re.compile(r"(?<![\w.%+-])([A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24})(?![\w-])")
 _NOT_A_TLD = {"png", "jpg", "jpeg", "gif", "svg", "webp", "css", "js"}
+_LOCAL_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._%+-"
+# an `@` that may be in an address (a literal first: the search skips to each `@` at C speed)
+_AT = re.compile(r"@(?<=[A-Za-z0-9._%+-]@)(?=[A-Za-z0-9-])")
+_DOMAIN_RUN = re.compile(rf"[A-Za-z0-9.-]{{0,{MAX_DOMAIN + 1}}}")
 
 # host (without www./m./mobile.) -> (kind, canonical host, path pattern, case matters)
 _PROFILES = {
@@ -53,7 +68,10 @@ class Found:
 
 
 def email_contact(text: str) -> Found | None:
-    m = EMAIL.fullmatch(text.strip())
+    text = text.strip()
+    if len(text) > MAX_LOCAL_PART + 1 + MAX_DOMAIN:
+        return None
+    m = EMAIL.fullmatch(text)
     if not m:
         return None
     address = m.group(1).lower()
@@ -89,33 +107,68 @@ def profile_contact(url: str) -> Found | None:
     return Found(kind, f"https://{canonical}/{path}", handle)
 
 
-async def find_contacts(body: str, content_type: str | None, max_chars: int = MAX_PARSE_CHARS) -> list[Found]:
-    """Contacts on one page, each once, in page order: links first, then plain text."""
-    found: list[Found] = []
+def addresses(text: str, deadline: float | None = None):
+    """What EMAIL.finditer(text) finds, in order, but for local parts and domains longer
+    than RFC 5321 allows, and around the first MAX_ATS_EXAMINED `@`s only, at a bounded
+    cost per `@`: each regex call reads a few hundred characters around one `@`. Raises
+    PageNotParsed once time.monotonic() passes `deadline`."""
+    done_to, seen = 0, 0  # where the last address ended; `@`s looked at
+    at = _AT.search(text)
+    while at and seen < MAX_ATS_EXAMINED:
+        i = at.start()
+        seen += 1
+        if deadline is not None and not seen % _CLOCK_EVERY and time.monotonic() > deadline:
+            raise PageNotParsed("the page took too long to read")
+        # the local part can only start where its run of local characters does (EMAIL's
+        # lookbehind); a run cut by the window is longer than MAX_LOCAL_PART, and the
+        # lookbehind refuses it
+        lo = max(done_to, i - MAX_LOCAL_PART)
+        start = lo + len(text[lo:i].rstrip(_LOCAL_CHARS))
+        end = _DOMAIN_RUN.match(text, i + 1).end()
+        if end - i - 1 <= MAX_DOMAIN:  # the domain's run ends here: EMAIL sees the next character
+            m = EMAIL.match(text, start, end + 1)
+            if m:
+                yield m.group(1)
+                done_to = m.end()
+        at = _AT.search(text, i + 1)
+
+
+def read_contacts(body: str, content_type: str | None, max_chars: int = MAX_PARSE_CHARS, *,
+                  deadline: float | None = None) -> list[Found]:
+    """Contacts on one page, each once, in page order: links first, then plain text; the
+    first MAX_CONTACTS_PER_PAGE of them. Raises PageNotParsed past `deadline`."""
+    first: dict[str, Found] = {}
+
+    def keep(c: Found | None) -> bool:
+        """Keep a contact; True once the page has given as many as it may."""
+        if c:
+            first.setdefault(c.value, c)
+        return len(first) >= MAX_CONTACTS_PER_PAGE
+
+    body = body[:max_chars]
     if content_type in ("text/html", "application/xhtml+xml"):
-        page = await parse_page(body, is_html=True, max_chars=max_chars)
-        for href in page.links:
+        page = parse_html(body, deadline=deadline)
+        for n, href in enumerate(page.links, 1):
+            if deadline is not None and not n % _CLOCK_EVERY and time.monotonic() > deadline:
+                raise PageNotParsed("the page took too long to read")
             if href.lower().startswith("mailto:"):
                 address = unquote(href[7:].split("?", 1)[0])
-                for one in address.split(","):
-                    c = email_contact(one)
-                    if c:
-                        found.append(c)
-            else:
-                c = profile_contact(href)
-                if c:
-                    found.append(c)
+                if any(keep(email_contact(one)) for one in address.split(",", 100)[:100]):
+                    return list(first.values())
+            elif keep(profile_contact(href)):
+                return list(first.values())
         text = page.text
     else:
         text = body
-    for m in EMAIL.finditer(text):
-        c = email_contact(m.group(1))
-        if c:
-            found.append(c)
-    first: dict[str, Found] = {}
-    for c in found:
-        first.setdefault(c.value, c)
+    for address in addresses(text, deadline):
+        if keep(email_contact(address)):
+            break
     return list(first.values())
+
+
+async def find_contacts(body: str, content_type: str | None, max_chars: int = MAX_PARSE_CHARS) -> list[Found]:
+    """read_contacts in a parse worker, within its deadline (PageNotParsed past it)."""
+    return await off_the_loop(read_contacts, body, content_type, max_chars)
 
 
 async def extract(jobs: list[Job], ctx: Context) -> dict[uuid.UUID, BaseException]:

@@ -189,13 +189,21 @@ async def parse_page(text: str, *, is_html: bool, timeout: float = PARSE_TIMEOUT
     text = text[:max_chars]  # a page is at most fetch_max_bytes bytes, so as many characters
     if not is_html:
         return parse_plain(text)
+    return await off_the_loop(parse_html, text, timeout=timeout)
+
+
+async def off_the_loop(work, *args, timeout: float = PARSE_TIMEOUT_SECONDS, what: str = "the page"):
+    """`work(*args, deadline=...)` in a parse worker, within `timeout` seconds; raises
+    PageNotParsed past that (`work` may raise it too, once time.monotonic() passes the
+    deadline, so that it stops costing CPU). What reads hostile input (pages, their
+    contacts, robots.txt) runs here, never on the event loop."""
     deadline = time.monotonic() + timeout
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(timeout):
-            return await loop.run_in_executor(_PARSERS, functools.partial(parse_html, text, deadline=deadline))
+            return await loop.run_in_executor(_PARSERS, functools.partial(work, *args, deadline=deadline))
     except (TimeoutError, PageNotParsed):  # whichever saw the deadline first
-        raise PageNotParsed(f"the page could not be read within {timeout:g}s") from None
+        raise PageNotParsed(f"{what} could not be read within {timeout:g}s") from None
 
 
 def top_words(text: str, n: int = 8) -> list[str]:

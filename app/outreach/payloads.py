@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator, model_validator
 
 from app.egress import literal_refusal, parse_allow_list
+from app.outreach.urls import BadUrl, normalize_url
 
 # The schema says exactly which URLs are accepted (so a client, or a fuzzer, can tell a
 # valid request from the schema alone): http(s), a host name, an optional port, then
@@ -41,9 +42,15 @@ def url_shape_problem(value: str) -> str | None:
 
 
 def address_problem(url: str, settings: Any) -> str | None:
-    """Why the URL's host may not be fetched, as far as it shows without a lookup."""
+    """Why the URL's host may not be fetched, as far as it shows without a lookup: as
+    written, and as the crawl will fetch it (normalize_url drops a host's trailing dot,
+    so `localhost.` is `localhost`)."""
     allow = parse_allow_list(getattr(settings, "fetch_allow_private", "") or "")
-    why = literal_refusal(url, allow)
+    try:
+        fetched = normalize_url(url)
+    except BadUrl:
+        fetched = url
+    why = literal_refusal(url, allow) or literal_refusal(fetched, allow)
     return f"{why}: the host must be a public address (FETCH_ALLOW_PRIVATE lists exceptions)" if why else None
 
 

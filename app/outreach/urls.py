@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# A page's URL is a key of a database index (pages (campaign_id, url)), whose rows are at
+# most 2,704 bytes: a longer URL is no page of ours.
+MAX_URL_BYTES = 2048
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # not tabs, line breaks
 
 
 class BadUrl(ValueError):
@@ -13,17 +18,24 @@ class BadUrl(ValueError):
 
 def normalize_url(url: str, base: str | None = None) -> str:
     """The page's one spelling: absolute, lower-case scheme and host, no default port,
-    no fragment, a path of at least '/'. Raises BadUrl for anything but http(s) with a host."""
+    no fragment, a path of at least '/'. Raises BadUrl for anything but http(s) with a host,
+    and for a URL that holds a control character (httpx refuses to request it) or a
+    backslash before its query (browsers read it as `/`, urllib does not, so the two
+    disagree on the page, even the site, it names), or is longer than MAX_URL_BYTES."""
     if not isinstance(url, str) or not url.strip():
         raise BadUrl("a URL is needed, like https://example.com")
     url = url.strip()
     if base is not None:
         url = urljoin(base, url)
+    if _CONTROL.search(url):
+        raise BadUrl(f"{url[:100]!r} holds a control character")
     try:
-        parts = urlsplit(url)
+        parts = urlsplit(url)  # drops tabs and line breaks, as browsers do
         port = parts.port
     except ValueError as exc:
-        raise BadUrl(f"{url!r} is not a valid URL: {exc}") from None
+        raise BadUrl(f"{url[:100]!r} is not a valid URL: {exc}") from None
+    if "\\" in parts.netloc + parts.path:
+        raise BadUrl(f"{url[:100]!r} has a backslash before its query")
     scheme = parts.scheme.lower()
     if scheme not in _DEFAULT_PORTS:
         raise BadUrl(f"{url!r} is not an http(s) URL, like https://example.com")
@@ -34,7 +46,10 @@ def normalize_url(url: str, base: str | None = None) -> str:
         host = f"[{host}]"
     netloc = host if port in (None, _DEFAULT_PORTS[scheme]) else f"{host}:{port}"
     path = parts.path or "/"
-    return urlunsplit((scheme, netloc, path, parts.query, ""))
+    normal = urlunsplit((scheme, netloc, path, parts.query, ""))
+    if len(normal.encode("utf-8", "surrogatepass")) > MAX_URL_BYTES:
+        raise BadUrl(f"{normal[:100]!r}... is longer than {MAX_URL_BYTES} bytes")
+    return normal
 
 
 def site_key(url: str) -> tuple[str, int]:

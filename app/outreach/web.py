@@ -5,7 +5,8 @@ egress guard (app.egress): only public addresses, or FETCH_ALLOW_PRIVATE's host:
 
 What a fetch can end in, and what the stages make of it:
   Response.outcome "ok"           2xx with a text body        -> stored (and read)
-                   "client_error" 4xx other than 429          -> recorded, job done
+                   "client_error" 4xx other than 429, a redirect to an unusable
+                                  location, a URL httpx cannot request -> recorded, job done
                    "not_text"     2xx, not HTML or plain text -> recorded, job done
                    "too_large"    past FETCH_MAX_BYTES (decoded) -> recorded, job done
                    "bad_encoding" a Content-Encoding we cannot undo -> recorded, job done
@@ -15,17 +16,29 @@ What a fetch can end in, and what the stages make of it:
                    "too_many_redirects"
   raises RateLimited (a DeferJob)  429, or 503 with Retry-After -> back at that time, no attempt burned
   raises FetchError                5xx, timeouts, connection errors -> a failure, retried with backoff
+
+A body is decoded with its declared charset only if that is a real text encoding
+(TEXT_CHARSETS, all implemented in C and linear); any other (punycode is quadratic, idna
+and undefined raise, utf-7 and unicode_escape make lone surrogates) reads as UTF-8. The
+text kept holds no NUL and no lone surrogate, which PostgreSQL cannot store.
+
+robots.txt is read up to ROBOTS_MAX_BYTES (the rest is ignored, as RFC 9309 2.5 allows)
+and parsed, and each URL checked against it, in a parse worker with the page parser's
+deadline (app.outreach.html.off_the_loop): a hostile site's rules cost the event loop
+nothing. Past the deadline: PageNotParsed, a failed attempt retried later.
 """
 
 from __future__ import annotations
 
 import asyncio
+import codecs
+import re
 import ssl
+import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from email.utils import parsedate_to_datetime
+from datetime import timedelta
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -33,15 +46,26 @@ from protego import Protego
 
 from app.egress import EgressRefused, Resolver, default_port, guarded_client, literal_refusal, parse_allow_list
 from app.pipeline.stage import DeferJob
+from app.retry_after import retry_after
 from app.outreach.content_coding import ACCEPT_ENCODING, DecodingError, decoder_for
+from app.outreach.html import PageNotParsed, off_the_loop
 from app.outreach.sample import sample_site_aliases
 from app.outreach.settings import outreach_settings
 from app.outreach.urls import BadUrl, normalize_url, origin, same_site
 
 MAX_REDIRECTS = 5
 RATE_LIMIT_DEFAULT = timedelta(seconds=60)   # a 429 that does not say how long
-RATE_LIMIT_MAX = timedelta(days=1)           # longer Retry-After values are capped
 TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain")
+ROBOTS_MAX_BYTES = 500 * 1024  # RFC 9309 2.5: a crawler may stop there (Google does)
+# Charsets a body is decoded with, by the names codecs.lookup gives them; anything else
+# reads as UTF-8.
+TEXT_CHARSETS = frozenset(codecs.lookup(name).name for name in (
+    "utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be",
+    "ascii", "latin-1", *(f"iso-8859-{n}" for n in (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16)),
+    *(f"windows-{n}" for n in range(1250, 1259)), "koi8-r", "koi8-u", "mac-roman",
+    "shift_jis", "cp932", "euc-jp", "euc_jis_2004", "iso-2022-jp", "euc-kr", "cp949", "iso-2022-kr",
+    "gb2312", "gbk", "gb18030", "big5", "big5-hkscs", "cp950"))
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class FetchError(Exception):
@@ -65,25 +89,6 @@ class Response:
     @property
     def is_html(self) -> bool:
         return self.content_type in ("text/html", "application/xhtml+xml")
-
-
-def retry_after(value: str | None, now: datetime | None = None) -> timedelta | None:
-    """A Retry-After header (seconds, or an HTTP date) as a delay, capped at a day."""
-    if not value:
-        return None
-    now = now or datetime.now(timezone.utc)
-    value = value.strip()
-    if value.isdigit():
-        delay = timedelta(seconds=int(value))
-    else:
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
-        delay = when - now
-    return max(timedelta(seconds=1), min(delay, RATE_LIMIT_MAX))
 
 
 BLOCKED = "blocked"  # the whole note of a refused fetch: no address, no error text
@@ -136,7 +141,8 @@ class WebClient:
             self.allow, self.resolver, verify=self.verify,
             headers={"User-Agent": self.user_agent, "Accept": "text/html, text/plain;q=0.8, */*;q=0.1",
                      "Accept-Encoding": ACCEPT_ENCODING},
-            timeout=httpx.Timeout(self.timeout), follow_redirects=False)
+            timeout=httpx.Timeout(self.timeout), follow_redirects=False,
+            event_hooks={"response": [_take_location]})
 
     # robots.txt --------------------------------------------------------------------
 
@@ -152,59 +158,64 @@ class WebClient:
             if task.done():  # a failed read is not remembered: the retry reads again
                 self._robots.pop(key, None)
             raise
-        return parser.can_fetch(url, self.user_agent)
+        # off the loop too: 500 KiB of rules can cost a few tenths of a second per URL
+        return await off_the_loop(_can_fetch, parser, url, self.user_agent, what="robots.txt")
 
     async def _read_robots(self, site: str) -> Protego:
         """RFC 9309: a 4xx means no rules (allow all); 429/503 with Retry-After defers,
         other 5xx and network errors fail the fetch so it is tried again later. The
         rules are matched as the RFC says: `*` and `$`, the longest match wins, and an
-        Allow beats a Disallow of the same length."""
-        resp = await self._get_once(f"{site}/robots.txt", read_body=True, follow=True)
-        # 4xx, not text, too large, off-site, refused by the egress guard: no usable
-        # rules (a refused site's pages are refused too, so nothing is let through)
+        Allow beats a Disallow of the same length. Only the first ROBOTS_MAX_BYTES are read."""
+        resp = await self._get_once(f"{site}/robots.txt", follow=True, cut_at=ROBOTS_MAX_BYTES)
+        # 4xx, not text, off-site, refused by the egress guard: no usable rules (a
+        # refused site's pages are refused too, so nothing is let through)
         usable = resp.outcome == "ok" and resp.text is not None
-        return Protego.parse(resp.text if usable else "")
+        return await off_the_loop(_parse_robots, resp.text if usable else "", what="robots.txt")
 
     # pages -------------------------------------------------------------------------
 
     async def get(self, url: str) -> Response:
         """Fetch a page, following redirects within the site (each hop checked against
         robots.txt). The whole fetch, redirects included, gets `timeout` seconds."""
-        return await self._get_once(url, read_body=True, follow=True, check_robots=True)
+        return await self._get_once(url, follow=True, check_robots=True)
 
-    async def _get_once(self, url: str, *, read_body: bool, follow: bool,
-                        check_robots: bool = False) -> Response:
+    async def _get_once(self, url: str, *, follow: bool, check_robots: bool = False,
+                        cut_at: int | None = None) -> Response:
+        """cut_at: keep the body's first cut_at bytes and read no further (robots.txt),
+        instead of answering too_large past max_bytes."""
         try:
             async with asyncio.timeout(self.timeout):
-                return await self._get(url, read_body, follow, check_robots)
+                return await self._get(url, follow, check_robots, cut_at)
         except (TimeoutError, httpx.TransportError):
             # One text for refused, reset, unreachable and slow alike: the job's
             # last_error must not tell a tenant which ports are open where.
             raise FetchError(f"no answer from {url}: could not connect, "
                              f"or timed out after {self.timeout:g}s") from None
 
-    async def _get(self, url: str, read_body: bool, follow: bool, check_robots: bool) -> Response:
+    async def _get(self, url: str, follow: bool, check_robots: bool, cut_at: int | None) -> Response:
         current = url
         async with self._client() as client:
             for _ in range(MAX_REDIRECTS + 1):
                 try:
                     dialled, headers = self._dialled(current)
                     async with client.stream("GET", dialled, headers=headers) as r:
-                        step = await self._step(url, current, r, read_body, follow, check_robots)
+                        step = await self._step(url, current, r, follow, check_robots, cut_at)
                 except EgressRefused:  # raised before any connection to the refused address
                     return Response(url, current, None, "blocked", note=BLOCKED)
+                except httpx.InvalidURL as exc:  # a URL normalize_url took and httpx does not
+                    return Response(url, current, None, "client_error", note=f"not a URL we can request: {exc}")
                 if isinstance(step, Response):
                     return step
                 current = step
         return Response(url, current, None, "too_many_redirects",
                         note=f"more than {MAX_REDIRECTS} redirects")
 
-    async def _step(self, url: str, current: str, r: httpx.Response, read_body: bool, follow: bool,
-                    check_robots: bool) -> Response | str:
+    async def _step(self, url: str, current: str, r: httpx.Response, follow: bool, check_robots: bool,
+                    cut_at: int | None) -> Response | str:
         """What one answer comes to: the fetch's Response, or the next hop to request."""
         if not (r.is_redirect and follow):
-            return await self._finish(url, current, r, read_body)
-        location = r.headers.get("location", "")
+            return await self._finish(url, current, r, cut_at)
+        location = r.extensions.get(LOCATION, "")
         try:
             target = normalize_url(location, base=current)
         except BadUrl:
@@ -219,7 +230,7 @@ class WebClient:
                             note=f"redirected to {target}, which robots.txt disallows")
         return target
 
-    async def _finish(self, url: str, final: str, r: httpx.Response, read_body: bool) -> Response:
+    async def _finish(self, url: str, final: str, r: httpx.Response, cut_at: int | None) -> Response:
         status = r.status_code
         ctype = r.headers.get("content-type", "text/html").split(";")[0].strip().lower()
         if status == 429 or (status == 503 and r.headers.get("retry-after")):
@@ -232,24 +243,26 @@ class WebClient:
         if ctype not in TEXT_TYPES:
             return Response(url, final, status, "not_text", ctype, note=f"not text ({ctype})")
         declared = r.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.max_bytes:
+        if cut_at is None and declared.isdigit() and int(declared) > self.max_bytes:
             return Response(url, final, status, "too_large", ctype,
                             note=f"{declared} bytes, more than {self.max_bytes}")
-        body = _Body(self.max_bytes)
-        if read_body:
-            # Raw bytes, decoded here piece by piece: httpx would expand a whole chunk at
-            # once, and a small compressed chunk can stand for a gigabyte.
-            too_large = Response(url, final, status, "too_large", ctype, note=f"more than {self.max_bytes} bytes")
-            try:
-                decoder = decoder_for(r.headers.get("content-encoding"), self.max_bytes)
-                async for chunk in r.aiter_raw():
-                    if not body.take(decoder.feed(chunk)):
-                        return too_large
-                if not body.take(decoder.finish()):
-                    return too_large
-            except DecodingError as exc:
-                return Response(url, final, status, "bad_encoding", ctype, note=str(exc))
-        return Response(url, final, status, "ok", ctype, _decode(body.bytes(), r.charset_encoding))
+        cap = self.max_bytes if cut_at is None else cut_at
+        body = _Body(cap)
+        # Raw bytes, decoded here piece by piece: httpx would expand a whole chunk at
+        # once, and a small compressed chunk can stand for a gigabyte.
+        too_large = Response(url, final, status, "too_large", ctype, note=f"more than {cap} bytes")
+        try:
+            decoder = decoder_for(r.headers.get("content-encoding"), cap)
+            async for chunk in r.aiter_raw():
+                if not body.take(decoder.feed(chunk)):
+                    break
+            else:
+                body.take(decoder.finish())
+        except DecodingError as exc:
+            return Response(url, final, status, "bad_encoding", ctype, note=str(exc))
+        if body.size > cap and cut_at is None:
+            return too_large
+        return Response(url, final, status, "ok", ctype, _decode(body.bytes()[:cap], r.charset_encoding))
 
 
 class _Body:
@@ -276,10 +289,48 @@ class _Body:
 
 
 def _decode(body: bytes, charset: str | None) -> str:
+    """The body as text PostgreSQL can store, in linear time (see TEXT_CHARSETS)."""
     try:
-        return body.decode(charset or "utf-8", errors="replace")
-    except LookupError:  # a charset Python does not know
-        return body.decode("utf-8", errors="replace")
+        codec = codecs.lookup(charset or "utf-8").name
+    except (LookupError, ValueError):  # a charset Python does not know
+        codec = "utf-8"
+    text = body.decode(codec if codec in TEXT_CHARSETS else "utf-8", errors="replace")
+    return storable(text)
+
+
+def storable(text: str) -> str:
+    """`text` without NUL and with U+FFFD for each lone surrogate: PostgreSQL text holds neither."""
+    text = text.replace("\x00", "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = _SURROGATE.sub("\ufffd", text)
+    return text
+
+
+def _parse_robots(text: str, *, deadline: float) -> Protego:
+    rules = Protego.parse(text)
+    if time.monotonic() > deadline:
+        raise PageNotParsed("robots.txt took too long to read")
+    return rules
+
+
+def _can_fetch(rules: Protego, url: str, agent: str, *, deadline: float) -> bool:
+    return rules.can_fetch(url, agent)
+
+
+LOCATION = "skiplock.location"
+
+
+async def _take_location(response: httpx.Response) -> None:
+    """A response hook: move a redirect's Location out of httpx's way, into
+    response.extensions[LOCATION]. httpx parses it for every redirect, followed or not, and
+    raises on some a hostile site sends (`data:…`, `http:\\\\host`) before _step could
+    call them unusable; _step reads it with normalize_url instead."""
+    location = response.headers.get("location")
+    if location is not None:
+        del response.headers["location"]
+        response.extensions[LOCATION] = location
 
 
 _CLIENTS: "OrderedDict[uuid.UUID, WebClient]" = OrderedDict()

@@ -63,6 +63,9 @@ async def test_add_a_campaign_then_read_it_and_its_contacts(api, pool, dsn, admi
     ({"url": "ftp://x.example"}, 422, "invalid_request", "must be an http(s) URL"),
     ({"url": "http://x.example:70000/"}, 422, "invalid_request", "must be an http(s) URL"),
     ({"url": "https://x.example/\u0000"}, 422, "invalid_request", "must be an http(s) URL"),
+    ({"url": "http://localhost:8000/"}, 422, "invalid_request", "not public"),
+    ({"url": "http://LocalHost.:8000/"}, 422, "invalid_request", "not public"),  # as the crawl fetches it
+    ({"url": "http://127.0.0.1.:8000/"}, 422, "invalid_request", "not public"),
     ({"url": "https://x.example", "owner": "not-an-email"}, 422, "invalid_request", "must be an e-mail"),
     ({"url": "https://x.example", "plan": "gold"}, 422, "invalid_request", "'free', 'standard' or 'pro'"),
     ({"url": "https://x.example", "colour": "red"}, 422, "invalid_request", "colour"),

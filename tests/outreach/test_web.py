@@ -15,7 +15,8 @@ from starlette.routing import Route
 
 from app.outreach.extract import email_contact, find_contacts, profile_contact
 from app.outreach.urls import BadUrl, normalize_url, same_site
-from app.outreach.web import FetchError, RateLimited, WebClient, retry_after
+from app.outreach.web import FetchError, RateLimited, WebClient
+from app.retry_after import retry_after
 from tests.outreach.servers import ServerThread
 
 
@@ -41,6 +42,8 @@ def test_retry_after_in_seconds_or_as_a_date_capped_at_a_day():
     assert retry_after("120", now) == timedelta(seconds=120)
     assert retry_after(format_datetime(now + timedelta(minutes=5), usegmt=True), now) == timedelta(minutes=5)
     assert retry_after("999999", now) == timedelta(days=1)
+    assert retry_after("9" * 20, now) == timedelta(days=1)  # no overflow past a timedelta's range
+    assert retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now) == timedelta(days=1)
     assert retry_after("0", now) == timedelta(seconds=1)
     assert retry_after("soon", now) is None and retry_after(None, now) is None
 
