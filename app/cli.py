@@ -3,7 +3,8 @@ the pipeline. The commands: migrate, enqueue, run-once, worker, jobs, runs, batc
 status, user, key, and the plug-ins' own.
 
 Bad input or a broken setup prints one line on stderr and exits 2; a command that could
-not be done (no such job, say, or no database) exits 1; never a traceback. run-once and
+not be done (no such job, say, or no database) exits 1; never a traceback. When stdout's
+reader goes away (`| head -1`) it stops quietly with 141, as SIGPIPE would. run-once and
 worker log their progress on stderr (a live line on a terminal, JSON lines otherwise)."""
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import re
+import signal
 import sys
 import uuid
 from contextlib import contextmanager
@@ -22,29 +26,30 @@ import asyncpg
 
 from app import cli_accounts, cli_jobs, cli_status
 from app.cli_context import BAD_INPUT, FAILURE, Cli, CliError
-from app.devdb import LocalPostgresError
+from app.cli_output import OutputClosed, answer
+from app.devdb import DataDirUnusable, LocalPostgresError
 from app.engine import jobs as q
 from app.engine.db import connect
 from app.engine.migrate import migrate
 from app.logs import configure_cli_logging
-from app.pipeline.payloads import PayloadRefused, check_payload
+from app.pipeline.payloads import MAX_DEPTH, PayloadRefused, Problem, check_payload
 from app.pipeline.registry import StageConfigError
 from app.plugin import CommandError, Plugin, load_plugins
 from app.runtime import (DATABASE_ERRORS, DatabaseUnavailable, Runtime, configured_stages,
                          direct_database_url, run_json, run_limits)
-from app.settings import Settings, SettingsError, get_settings
+from app.settings import Settings, SettingsError, get_settings, is_utf8
 
 
 MAX_DELAY_SECONDS = 10 * 366 * 24 * 3600  # `enqueue --in`: any later is a mistake (or a date overflow)
-
-
-def _fail(message: str):
-    raise CliError(message)
+OUTPUT_CLOSED = 128 + signal.SIGPIPE  # what a shell shows for `cmd | head -1` when cmd is killed by SIGPIPE
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         """Bad arguments: one line (argparse's usage is a --help away)."""
+        option = re.fullmatch(r"argument (\S+): expected one argument", message)
+        if option:  # `--since -1h`: argparse takes -1h for an option
+            message += f" (a value that starts with '-' goes as {option[1]}=VALUE)"
         self.exit(BAD_INPUT, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
@@ -87,6 +92,8 @@ def _payload(text: str) -> dict:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CliError(f"--payload is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    except RecursionError:  # far deeper than check_payload allows
+        raise PayloadRefused([Problem((), f"is nested more than {MAX_DEPTH} levels deep")]) from None
     if not isinstance(value, dict):
         raise CliError("--payload must be a JSON object, like '{\"url\": \"https://example.com\"}'")
     return value
@@ -182,20 +189,20 @@ async def _main(args, settings: Settings, plugins: list[Plugin]) -> int:
             applied = await migrate(conn, [p.name for p in plugins])
         finally:
             await conn.close()
-        print(json.dumps({"applied": applied}))
+        answer(json.dumps({"applied": applied}))
     elif args.command == "enqueue":
-        print(json.dumps(await _enqueue(args, settings, plugins, dsn)))
+        answer(json.dumps(await _enqueue(args, settings, plugins, dsn)))
     elif args.command == "worker":
         await _worker(settings, plugins, dsn)
     elif getattr(args, "run", None) is not None:  # jobs, runs, batch, status
-        print(await args.run(args, Cli(settings, plugins, dsn)))
+        answer(await args.run(args, Cli(settings, plugins, dsn)))
     elif getattr(args, "handler", None) is not None:  # a plug-in's command
-        print(await args.handler(args, settings, dsn))
+        answer(await args.handler(args, settings, dsn))
     elif args.command in ("user", "key"):
-        print(await cli_accounts.run(args, dsn, _fail))
+        answer(await cli_accounts.run(args, dsn))
     elif args.command == "run-once":
         result = await _run_once(args, settings, plugins)
-        print(json.dumps(result, indent=2))
+        answer(json.dumps(result, indent=2))
         if result["stopReason"] == "error":  # recorded, and said in one line on stderr
             print(f"error: run {result['id']} stopped on an error: {result['error']}", file=sys.stderr)
             return 1
@@ -210,10 +217,15 @@ def main(argv: list[str] | None = None) -> int:
     except (SettingsError, StageConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    argv = sys.argv[1:] if argv is None else argv
     args = _parser(plugins).parse_args(argv)
     try:
+        _check_invocation(argv)
         with _embedded_server(settings):
             return asyncio.run(_main(args, settings, plugins))
+    except OutputClosed:  # the Unix way: quiet, as if killed by SIGPIPE
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit stays quiet
+        return OUTPUT_CLOSED
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -229,6 +241,18 @@ def main(argv: list[str] | None = None) -> int:
     return FAILURE
 
 
+def _check_invocation(argv: list[str]) -> None:
+    """What is wrong before any command acts: an argument that is not UTF-8 (it would fail
+    deep down, looking like a database error), and no stdout to print the answer on (a key
+    made by `key create >&-` would never be seen)."""
+    for i, arg in enumerate(argv):
+        if not is_utf8(arg):
+            shown = repr(arg.encode("utf-8", "surrogateescape"))[1:]  # b'\xff' as '\xff'
+            raise CliError(f"argument {i + 1}, {shown}, is not UTF-8 text: give it as UTF-8")
+    if sys.stdout is None:
+        raise CliError("stdout is closed (>&-): the answer would be lost; redirect it to a file or /dev/null")
+
+
 @contextmanager
 def _embedded_server(settings: Settings) -> Iterator[None]:
     """Without DATABASE_URL, a command starts the embedded server: say so, and stop it
@@ -238,6 +262,9 @@ def _embedded_server(settings: Settings) -> Iterator[None]:
         return
     from app.devdb import embedded_for_command
 
-    with embedded_for_command(Path(settings.local_data_dir), lambda text: print(f"skiplock: {text}",
-                                                                                 file=sys.stderr)):
-        yield
+    try:
+        with embedded_for_command(Path(settings.local_data_dir), lambda text: print(f"skiplock: {text}",
+                                                                                     file=sys.stderr)):
+            yield
+    except DataDirUnusable as exc:
+        raise CliError(f"bad setting LOCAL_DATA_DIR: {exc}") from None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from app.cli_context import CliError, CliFailure
 from app.engine import accounts
 from app.engine.db import connect
 from app.engine.tenancy import Actor, act_as
@@ -28,8 +29,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     kr.add_argument("prefix")
 
 
-async def run(args, dsn: str, fail) -> str:
-    """The command's output line; `fail(message)` raises the CLI's one-line error."""
+async def run(args, dsn: str) -> str:
+    """The command's output line; a bad e-mail is bad input (exit 2), no such user or key a
+    failure (exit 1), as `jobs show` with no such job."""
     conn = await connect(dsn)
     try:
         async with conn.transaction():
@@ -38,18 +40,18 @@ async def run(args, dsn: str, fail) -> str:
                 try:
                     email = accounts.check_email(args.email)
                 except accounts.AccountError as exc:
-                    fail(str(exc))
+                    raise CliError(str(exc)) from None
                 user_id = await accounts.add_user(conn, email)
                 return json.dumps({"id": str(user_id), "email": email})
             if args.key_command == "create":
                 try:
                     key = await accounts.create_key(conn, args.email.strip().lower(), args.admin)
-                except accounts.AccountError as exc:
-                    fail(str(exc))
+                except accounts.AccountError as exc:  # no such user
+                    raise CliFailure(str(exc)) from None
                 return json.dumps({"key": key.key, "prefix": key.prefix, "admin": key.admin,
                                    "note": "shown once: store it now"})
             if not await accounts.revoke_key(conn, args.prefix):
-                fail(f"no live key with prefix {args.prefix!r}")
+                raise CliFailure(f"no live key with prefix {args.prefix!r}")
             return json.dumps({"revoked": args.prefix})
     finally:
         await conn.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import uuid
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -29,7 +30,9 @@ from app.runtime import run_json
 STATUSES = ("pending", "running", "done", "failed")
 STOP_REASONS = ("no_work", "time_budget", "quota_reserve", "quota_exhausted", "error", "running")
 MAX_LIMIT = 1000
-DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+DEFAULT_LIMIT = 20
+DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)\s*$")  # ASCII digits: float() takes no '²'
+MAX_DURATION_DAYS = 36500  # a hundred years; PostgreSQL's interval and now() minus it overflow far later
 UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 JOB_COLUMNS: list[Column] = [("ID", "id"), ("TYPE", "type"), ("STATUS", "status"), ("ATTEMPTS", "attempts"),
@@ -92,7 +95,8 @@ def _json_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _page_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--limit", type=_limit, default=20, help=f"rows per page (1-{MAX_LIMIT}, default 20)")
+    p.add_argument("--limit", type=_limit, default=DEFAULT_LIMIT,
+                   help=f"rows per page (1-{MAX_LIMIT}, default {DEFAULT_LIMIT})")
     p.add_argument("--after", type=_cursor, metavar="CURSOR", help="the page after this one (printed below a page)")
     _json_arg(p)
 
@@ -108,7 +112,7 @@ def _uuid(what: str):
 
 
 def _limit(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_LIMIT:  # '²' is a digit to isdigit
         raise argparse.ArgumentTypeError(f"--limit must be a whole number from 1 to {MAX_LIMIT}")
     return int(text)
 
@@ -118,7 +122,10 @@ def duration(text: str) -> float:
     m = DURATION.match(text)
     if m is None or float(m.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 30m, 2h or 7d")
-    return float(m.group(1)) * UNIT_SECONDS[m.group(2)]
+    seconds = float(m.group(1)) * UNIT_SECONDS[m.group(2)]
+    if seconds > MAX_DURATION_DAYS * UNIT_SECONDS["d"]:
+        raise argparse.ArgumentTypeError(f"{text!r} is longer than {MAX_DURATION_DAYS}d")
+    return seconds
 
 
 def _cursor(text: str) -> tuple[datetime, uuid.UUID]:
@@ -185,8 +192,21 @@ def _job_line(job: dict[str, Any]) -> dict[str, Any]:
 def _page_text(page: dict[str, Any], columns: list[Column], shape, command: str) -> str:
     text = table([shape(r) for r in page["data"]], columns)
     if page["nextCursor"]:
-        text += f"\nmore: skiplock {command} --after {page['nextCursor']}"
+        text += f"\nmore: {command} --after {page['nextCursor']}"
     return text
+
+
+def _same_listing(command: str, args, filters: tuple[str, ...]) -> str:
+    """`skiplock COMMAND` with the filters and --limit given, so the printed next page
+    continues the same listing."""
+    words = ["skiplock", command]
+    for flag in filters:
+        value = getattr(args, flag.removeprefix("--").replace("-", "_"))
+        if value is not None:
+            words += [flag, shlex.quote(str(value))]
+    if args.limit != DEFAULT_LIMIT:
+        words += ["--limit", str(args.limit)]
+    return " ".join(words)
 
 
 async def jobs_ls(args, cli) -> str:
@@ -196,7 +216,8 @@ async def jobs_ls(args, cli) -> str:
                                          args.after[1] if args.after else None, args.limit + 1)
     page = {"data": [row_json(r) for r in rows[:args.limit]],
             "nextCursor": _next_cursor(rows, args.limit, "created_at")}
-    return render(page, args.json, lambda p: _page_text(p, JOB_COLUMNS, _job_line, "jobs ls"))
+    return render(page, args.json, lambda p: _page_text(
+        p, JOB_COLUMNS, _job_line, _same_listing("jobs ls", args, ("--status", "--type", "--lane", "--batch"))))
 
 
 def _job_text(job: dict[str, Any]) -> str:
@@ -271,7 +292,8 @@ async def runs_ls(args, cli) -> str:
                                        after=args.after, limit=args.limit + 1)
     page = {"data": [run_json(r) for r in rows[:args.limit]],
             "nextCursor": _next_cursor(rows, args.limit, "started_at")}
-    return render(page, args.json, lambda p: _page_text(p, RUN_COLUMNS, _run_line, "runs ls"))
+    return render(page, args.json, lambda p: _page_text(
+        p, RUN_COLUMNS, _run_line, _same_listing("runs ls", args, ("--stop-reason", "--trigger"))))
 
 
 async def runs_show(args, cli) -> str:

@@ -58,6 +58,19 @@ def span(seconds: float | None) -> str | None:
     return f"{seconds:.0f}s" if seconds >= 1 else f"{seconds:.2f}s"
 
 
+class OutputClosed(Exception):
+    """stdout's reader has gone (`skiplock status | head -1`)."""
+
+
+def answer(text: str) -> None:
+    """Print the command's answer. A reader that has gone is OutputClosed: BrokenPipeError
+    is an OSError, which a command would otherwise take for a lost database."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        raise OutputClosed from None
+
+
 def render(data: Any, as_json: bool, human) -> str:
     """JSON (indented, for scripts and jq) or `human(data)`."""
     return json.dumps(data, indent=2, default=str) if as_json else human(data)

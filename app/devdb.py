@@ -27,6 +27,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import tempfile
 import time
 import warnings
 from contextlib import contextmanager
@@ -59,6 +60,10 @@ _TRUST_RULE = re.compile(r"^\s*(local|host\S*)\s.*\strust\s*$")
 
 class LocalPostgresError(RuntimeError):
     pass
+
+
+class DataDirUnusable(LocalPostgresError):
+    """The data folder cannot be made or written (its parent missing, a file, read-only)."""
 
 
 def _bin_dir() -> Path:
@@ -184,11 +189,11 @@ class LocalPostgres:
     def running_port(self) -> int | None:
         """The port of a live server on this data directory, if one is up."""
         pidfile = self._pgdata / "postmaster.pid"
-        try:
-            lines = pidfile.read_text().splitlines()
-        except (FileNotFoundError, PermissionError):
+        try:  # bytes: its data directory line is the path, which need not be UTF-8
+            lines = pidfile.read_bytes().splitlines()
+        except OSError:  # none, not ours to read, or the data directory is no folder
             return None
-        if len(lines) < 4 or not lines[0].strip().isdigit():
+        if len(lines) < 4 or not lines[0].strip().isdigit() or not lines[3].strip().isdigit():
             return None
         if not pid_alive(int(lines[0])):
             return None
@@ -340,6 +345,7 @@ def embedded_for_command(data_dir: Path, say: Callable[[str], None]) -> Iterator
     if server.running_port() is not None:
         yield
         return
+    usable_data_dir(data_dir)
     say(f"DATABASE_URL is unset: starting the embedded PostgreSQL under {data_dir}/ "
         "(stopped again when this command ends)")
     try:
@@ -350,9 +356,24 @@ def embedded_for_command(data_dir: Path, say: Callable[[str], None]) -> Iterator
             say("stopped the embedded PostgreSQL")
 
 
+def usable_data_dir(data_dir: Path) -> None:
+    """Make the data folder if need be, and check that files can be written in it;
+    DataDirUnusable with the reason otherwise (rather than a server that fails to start)."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise DataDirUnusable(f"{data_dir} is not a folder") from None
+    except OSError as exc:
+        raise DataDirUnusable(f"cannot make {data_dir}: {exc.strerror}") from None
+    try:
+        tempfile.TemporaryFile(dir=data_dir).close()
+    except OSError as exc:
+        raise DataDirUnusable(f"cannot write in {data_dir}: {exc.strerror}") from None
+
+
 def _make_run_alive(data_dir: Path) -> bool:
     try:
         pid = int((data_dir / DEV_PID_FILE).read_text().strip())
-    except (FileNotFoundError, ValueError):
+    except (OSError, ValueError):  # none, unreadable, or not a pid
         return False
     return pid_alive(pid)

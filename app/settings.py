@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Literal, TypeVar
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 SettingsClass = TypeVar("SettingsClass", bound=BaseSettings)
+DSN_SHAPE = "postgresql://user:password@host:5432/database"
+_BRACKETED_HOST = re.compile(r"\[[^\]]+\](?::(.*))?$")  # [::1]:5432
 
 
 class SettingsError(Exception):
@@ -19,7 +23,9 @@ class SettingsError(Exception):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore")
 
-    database_url: str | None = Field(None, description="PostgreSQL DSN; unset: the local embedded server")
+    database_url: str | None = Field(
+        None, description="PostgreSQL DSN (postgresql://user:password@host:5432/database, as asyncpg reads it); "
+                          "unset: the local embedded server")
     database_direct_url: str | None = Field(
         None, description="a DSN straight to PostgreSQL, for what needs a session (migrations, the worker's "
                           "LISTEN); set it when DATABASE_URL is a transaction pooler (PgBouncer, RDS Proxy), "
@@ -68,7 +74,9 @@ class Settings(BaseSettings):
         60.0, ge=0, description="in Lambda, the budget is at most the remaining time minus this")
     local_tick_seconds: float = Field(
         300.0, ge=0, description="`make run` runs the pipeline this often, like the schedule; 0: never")
-    local_data_dir: str = Field(".data", description="`make run`: where the embedded PostgreSQL keeps its data")
+    local_data_dir: str = Field(
+        ".data", description="`make run` and commands without DATABASE_URL: where the embedded PostgreSQL keeps its "
+                             "data (a folder; not empty)")
     local_host: str = Field("127.0.0.1", description="`make run`: the address uvicorn listens on")
     local_port: int = Field(8000, ge=1, le=65535, description="`make run`: the port uvicorn listens on")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
@@ -120,6 +128,20 @@ class Settings(BaseSettings):
     def _blank_secret_is_unset(cls, value):
         return None if isinstance(value, str) and not value.strip() else value
 
+    @field_validator("database_url", "database_direct_url", "tenant_database_url")
+    @classmethod
+    def _dsn_parses(cls, value: str | None) -> str | None:
+        if value:
+            check_dsn(value)
+        return value
+
+    @field_validator("local_data_dir")
+    @classmethod
+    def _names_a_folder(cls, value: str) -> str:
+        if not value.strip():  # Path("") is the working directory, which the server would take over
+            raise ValueError("is empty; name a folder for the embedded PostgreSQL's data (default .data)")
+        return value
+
     @model_validator(mode="after")
     def _direct_url_beside_pooled(self) -> "Settings":
         if self.database_direct_url and not self.database_url:
@@ -156,6 +178,34 @@ class Settings(BaseSettings):
         return self
 
 
+def check_dsn(dsn: str) -> None:
+    """ValueError unless asyncpg can parse `dsn`: its scheme, hosts, ports and query, as
+    asyncpg reads them (several hosts, a socket folder in ?host=, percent-encoding). Never
+    names the password."""
+    try:
+        parts = urlsplit(dsn)
+        query = parse_qs(parts.query, strict_parsing=True) if parts.query else {}
+    except ValueError as exc:  # an unclosed [ of an IPv6 host, a query that is not key=value
+        raise ValueError(f"is not a URL like {DSN_SHAPE} ({exc})") from None
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError(f"must start with postgresql:// or postgres://, like {DSN_SHAPE}")
+    ports = [p for value in query.get("port", []) for p in value.split(",")]
+    hosts = parts.netloc.partition("@")[2] if "@" in parts.netloc else parts.netloc  # asyncpg splits at the first
+    if "@" in hosts:
+        raise ValueError("has a second '@': write one in the user or password as %40")
+    for host in hosts.split(",") if hosts else []:
+        bracketed = _BRACKETED_HOST.match(host)
+        if bracketed:
+            ports.append(bracketed.group(1) or "")
+        elif host.startswith("[") or not host:
+            raise ValueError(f"has a host it cannot read: {host!r}; hosts look like {DSN_SHAPE}")
+        else:
+            ports.append(unquote(host.partition(":")[2]))
+    for port in ports:
+        if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise ValueError(f"has port {port!r}; a port is a number from 1 to 65535")
+
+
 def load_settings(**overrides) -> Settings:
     return load_settings_class(Settings, **overrides)
 
@@ -164,13 +214,30 @@ def load_settings_class(cls: type[SettingsClass], **overrides) -> SettingsClass:
     """`cls` from the environment with `overrides` (a plug-in's settings class too);
     SettingsError with one line naming the variable when a value does not fit."""
     try:
-        return cls(**overrides)
+        settings = cls(**overrides)
     except ValidationError as exc:
         first = exc.errors()[0]
         message = first["msg"].removeprefix("Value error, ")
         where = ".".join(str(p) for p in first.get("loc", ()))
         raise SettingsError(f"bad setting {where.upper()}: {message}" if where
                             else f"bad settings: {message}") from None
+    except UnicodeDecodeError as exc:  # only the .env file is decoded here; the environment is text already
+        raise SettingsError(f"{cls.model_config.get('env_file')} is not UTF-8 text (byte "
+                            f"{exc.object[exc.start]:#x} at position {exc.start}): save it as UTF-8") from None
+    for name, value in settings:
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if isinstance(text, str) and not is_utf8(text):  # undecodable bytes in the environment
+            raise SettingsError(f"bad setting {name.upper()}: is not UTF-8 text")
+    return settings
+
+
+def is_utf8(text: str) -> bool:
+    """False for text with lone surrogates: the bytes Python could not decode (argv, the environment)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @lru_cache

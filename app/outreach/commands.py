@@ -16,6 +16,7 @@ import argparse
 import json
 import uuid
 
+from app.cli_context import CliFailure
 from app.engine import accounts
 from app.engine.db import connect
 from app.engine.tenancy import Actor, act_as
@@ -80,7 +81,7 @@ async def plan_set(args, settings, dsn: str) -> str:
 
 
 def _positive(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 10_000:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 10_000:  # '²' is a digit to isdigit
         raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 10000 (got {text!r})")
     return int(text)
 
@@ -138,7 +139,7 @@ async def campaign_set_status(args, settings, dsn: str) -> str:
     finally:
         await conn.close()
     if changed is None:
-        raise CommandError(f"no campaign with id {campaign_id}")
+        raise CliFailure(f"no campaign with id {campaign_id}")  # exit 1, as `jobs show`
     word = "paused" if args.status == "paused" else "resumed"
     return f"campaign {campaign_id} {word}" if changed else f"campaign {campaign_id} was {args.status} already"
 
@@ -154,7 +155,7 @@ async def contacts(args, settings, dsn: str) -> str:
     try:
         campaign = await get_campaign(conn, campaign_id)
         if campaign is None:
-            raise CommandError(f"no campaign with id {campaign_id}")
+            raise CliFailure(f"no campaign with id {campaign_id}")  # exit 1, as `jobs show`
         found, after = [], None
         while True:  # keyset pages, so a big campaign is never one huge query
             page = await list_contacts(conn, campaign_id, after=after, limit=CONTACTS_PAGE)

@@ -6,20 +6,14 @@ every start of Python here costs a second or more."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import io
 import json
 import os
 import subprocess
 import uuid
 from pathlib import Path
 
-import pytest
-
-from app.cli import main
 from app.devdb import LocalPostgres
-from app.settings import get_settings, load_settings
+from app.settings import load_settings
 from app.engine import job_admin
 from app.pipeline.loop import Pipeline
 from tests import factories
@@ -28,37 +22,15 @@ from tests.sample_stages import STAGES
 SKIPLOCK = str(Path(".venv/bin/skiplock").resolve())
 
 
-def skiplock(*args, dsn: str | None, env: dict | None = None) -> subprocess.CompletedProcess:
+def skiplock(*args, dsn: str | None, env: dict | None = None, **run) -> subprocess.CompletedProcess:
+    """The installed script; `run`: subprocess.run's own arguments (stdout, say)."""
     full = {**os.environ, "PIPELINE_PLUGINS": "", "PIPELINE_STAGES": "tests.sample_stages:STAGES",
             "PYTHONPATH": os.getcwd(), **(env or {})}  # an installed script does not look in the cwd
     full.pop("DATABASE_URL", None)
     if dsn:
         full["DATABASE_URL"] = dsn
-    return subprocess.run([SKIPLOCK, *args], capture_output=True, text=True, env=full, timeout=120)
-
-
-@pytest.fixture
-def cli(dsn, monkeypatch):
-    """cli(*args) -> CompletedProcess-like, through app.cli.main in a thread."""
-    monkeypatch.setenv("DATABASE_URL", dsn)
-    monkeypatch.setenv("PIPELINE_PLUGINS", "")
-    monkeypatch.setenv("PIPELINE_STAGES", "tests.sample_stages:STAGES")
-    get_settings.cache_clear()
-
-    def call(args) -> subprocess.CompletedProcess:
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(list(args))
-            except SystemExit as exc:  # argparse's own exits
-                code = exc.code
-        return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
-
-    async def run(*args) -> subprocess.CompletedProcess:
-        return await asyncio.to_thread(call, args)
-
-    yield run
-    get_settings.cache_clear()
+    return subprocess.run([SKIPLOCK, *args], **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **run},
+                          text=True, env=full, timeout=120)
 
 
 def ok_json(result: subprocess.CompletedProcess):

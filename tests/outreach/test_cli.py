@@ -40,11 +40,17 @@ async def test_campaign_add_creates_the_owner_on_the_plan_and_queues_the_brief(d
     (["campaign", "add", "https://"], "has no host"),
     (["campaign", "add", "https://ok.example", "--owner", "nobody"], "is not an e-mail address"),
     (["contacts", "42"], "is not a campaign id"),
-    (["contacts", "00000000-0000-0000-0000-000000000007"], "no campaign with id"),
 ])
 async def test_bad_input_is_one_line_and_nothing_is_made(dsn, pool, args, needle):
     one_line_error(cli(*args, env=EXAMPLE, dsn=dsn), needle)
     assert await pool.fetchval("SELECT count(*) FROM campaigns") == 0
+
+
+@pytest.mark.parametrize("command", [["contacts"], ["campaign", "pause"], ["campaign", "resume"]])
+async def test_no_such_campaign_is_a_failure(dsn, command):
+    """Exit 1, as `jobs show` with no such job: the command was fine, the campaign is not there."""
+    out = cli(*command, "00000000-0000-0000-0000-000000000007", env=EXAMPLE, dsn=dsn)
+    assert (out.returncode, out.stderr) == (1, "error: no campaign with id 00000000-0000-0000-0000-000000000007\n")
 
 
 async def test_an_owner_keeps_their_plan(dsn, pool):
