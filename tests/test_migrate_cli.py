@@ -96,6 +96,8 @@ async def test_cli_bad_input_is_one_readable_line(dsn, args, needle):
     ({"PIPELINE_PLUGINS": "nowhere.at.all:PLUGIN"}, "PIPELINE_PLUGINS: cannot import 'nowhere.at.all'"),
     ({"PIPELINE_PLUGINS": "app.outreach:STAGES"}, "app.outreach:STAGES is not a Plugin"),
     ({"PIPELINE_PLUGINS": "outreach"}, "must look like package.module:NAME"),
+    # a plug-in's own setting, read as the plug-in is imported: named as itself, not as an import failure
+    ({"QUOTA_DAILY_UNITS": "-1"}, "error: bad setting QUOTA_DAILY_UNITS"),
 ])
 async def test_cli_bad_settings_are_one_readable_line(dsn, env, needle):
     one_line_error(cli("run-once", env=env, dsn=dsn), needle)

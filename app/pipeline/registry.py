@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 
 from app.pipeline.stage import Stage
+from app.settings import SettingsError
 
 
 class StageConfigError(Exception):
@@ -19,6 +20,8 @@ def import_named(spec: str, setting: str):
         raise StageConfigError(f"{setting}={spec!r} must look like package.module:NAME")
     try:
         module = importlib.import_module(module_name)
+    except SettingsError:
+        raise  # the module read a setting of its own that is wrong: that setting is the news
     except Exception as exc:
         raise StageConfigError(f"{setting}: cannot import {module_name!r}: {exc}") from None
     try:
