@@ -82,18 +82,39 @@ class LambdaApp:
         with _current_loop(self.loop):
             if is_scheduled_event(event):
                 return self.loop.run_until_complete(self.scheduled(event, context))
-            return self.mangum(event, context)
+            try:
+                return self.mangum(event, context)
+            except Exception as exc:  # Mangum's own refusal: not an HTTP event it can read
+                # (the app's errors never get here: they are answered inside it)
+                log.error("refused an event that is neither the schedule nor HTTP: %s: %s",
+                          type(exc).__name__, str(exc)[:200])
+                return _refusal(400, "unsupported_event",
+                                "this function takes the EventBridge schedule and HTTP events "
+                                "(a Function URL, API Gateway, ALB)")
 
     async def scheduled(self, event: dict, context: Any) -> dict:
         """The five-minute schedule: run once; a failed run is logged, not raised (raising
         would make Lambda retry the async invocation, and the next tick comes anyway)."""
-        from app.runtime import remaining_seconds, run_json
+        from app.runtime import DatabaseUnavailable, remaining_seconds, run_json
 
-        result = await self.runtime.run("cron", remaining=remaining_seconds(context))
+        try:
+            result = await self.runtime.run("cron", remaining=remaining_seconds(context))
+        except DatabaseUnavailable as exc:  # not even a runs row could be written
+            log.error("scheduled run not made: %s", exc)
+            return _refusal(503, exc.code, str(exc))
         body = run_json(result.row, result.budget_seconds)
         if result.stop_reason == "error":
             log.error("scheduled run %s stopped on an error: %s", result.run_id, result.error)
         return body
+
+
+def _refusal(status: int, code: str, message: str) -> dict:
+    """The API's one error shape, as an HTTP answer a Function URL or API Gateway can
+    return (and a plain result for any other invoker)."""
+    import json
+
+    return {"statusCode": status, "headers": {"content-type": "application/json"},
+            "body": json.dumps({"error": {"code": code, "message": message, "details": None}})}
 
 
 _instance: LambdaApp | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -89,9 +90,16 @@ async def direct_database_url(settings: Settings, *, embedded: bool) -> str:
 
 
 def remaining_seconds(context: Any) -> float | None:
-    """In Lambda, the seconds this invocation has left (None anywhere else)."""
+    """In Lambda, the seconds this invocation has left (None anywhere else, or when the
+    context cannot say: the platform limit then bounds the run)."""
     remaining = getattr(context, "get_remaining_time_in_millis", None)
-    return remaining() / 1000.0 if callable(remaining) else None
+    if not callable(remaining):
+        return None
+    try:
+        seconds = float(remaining()) / 1000.0
+    except Exception:  # not Lambda's own context; a run is still better than a crash
+        return None
+    return seconds if math.isfinite(seconds) else None
 
 
 @dataclass(frozen=True)
@@ -239,7 +247,11 @@ class Runtime:
         stoppable: handed a function that stops the run as a worker stops (no new claims,
         in-flight jobs get WORKER_GRACE_SECONDS, then are deferred), e.g. on Ctrl-C."""
         limits = run_limits(self.settings, requested, remaining)
+        asked_at = time.monotonic()
         pool = await self.pool_when_up(limits.hard_limit)
+        if remaining is not None:  # Lambda's clock ran while we waited for the database, and
+            # the run's start now: decided again, or it runs past the time left, row unwritten
+            limits = run_limits(self.settings, requested, remaining - (time.monotonic() - asked_at))
         pipeline = Pipeline(pool, self.stages, self.settings)
         if stoppable is not None:
             stoppable(lambda: pipeline.stop(self.settings.worker_grace_seconds))

@@ -18,6 +18,7 @@ import pytest
 
 from app.engine.db import connect
 from app.engine.jobs import NewJob, enqueue_many
+from app.lambda_handler import LambdaApp
 from app.runtime import Runtime
 from app.settings import load_settings
 from app.pipeline.stage import Stage
@@ -132,6 +133,37 @@ async def test_a_run_started_while_the_database_is_down_waits_for_it(own_server)
         assert await db.fetchval("SELECT count(*) FROM runs WHERE finished_at IS NOT NULL") == 1
     finally:
         await db.close()
+
+
+class _LambdaContext:
+    """The part of Lambda's context a handler reads: the time left."""
+
+    def __init__(self, seconds: float) -> None:
+        self._deadline = time.monotonic() + seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int(max(0.0, self._deadline - time.monotonic()) * 1000)
+
+
+async def test_a_scheduled_run_that_waited_for_the_database_keeps_to_lambdas_time_left(own_server):
+    """Lambda's clock runs while the schedule's run waits for PostgreSQL: the run took its
+    budget from the time left before the wait and kept all of it after, so with the server
+    back late it ran past the time left and Lambda killed it before its row was written."""
+    server, dsn = own_server
+    await asyncio.to_thread(pg_ctl, server, "-m", "fast", "stop")
+    lam = LambdaApp(load_settings(database_url=dsn, run_scheduler=False, lambda_safety_margin_seconds=15),
+                    [Stage(type="echo", handler=echo)])
+    try:
+        tick = asyncio.create_task(asyncio.to_thread(
+            lam, {"source": "aws.events", "detail-type": "Scheduled Event"}, _LambdaContext(40)))
+        await asyncio.sleep(3)
+        await asyncio.to_thread(pg_ctl, server, "restart")
+        body = await tick
+    finally:
+        await asyncio.to_thread(lam.loop.run_until_complete, lam.runtime.close())
+        lam.loop.close()
+    assert body["stopReason"] == "no_work", body
+    assert body["budgetSeconds"] <= 40 - 15 - 3  # the time left, less the margin, less the wait
 
 
 async def test_a_worker_started_while_the_database_is_down_waits_for_it(own_server):

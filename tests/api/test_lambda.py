@@ -212,3 +212,47 @@ def test_a_scheduled_invocation_loads_no_web_stack(dsn):
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["trigger"] == "cron" and out["stopReason"] == "no_work"
     assert out["web"] == []
+
+
+async def test_an_event_that_is_neither_the_schedule_nor_http_is_refused_not_raised(lambda_app, pool, recorder):
+    """Mangum raised on anything it could not read (the console's test event `{}`, SQS, a
+    WebSocket route, a Function URL event without headers): an unhandled error with a
+    traceback for Lambda, and a retry of an async invocation."""
+    await seed(pool, 2)
+    lam = lambda_app([recorder.stage])
+    no_headers = copy.deepcopy(event("function_url"))
+    no_headers["headers"] = None
+    for ev in ({}, None, [], "tick", {"source": "aws.events", "detail-type": "Object Created"},
+               {"Records": [{"eventSource": "aws:sqs", "body": "{}"}]},
+               {"requestContext": {"routeKey": "$connect", "eventType": "CONNECT"}}, no_headers):
+        answer = await invoke(lam, ev, LambdaContext(300))
+        assert answer["statusCode"] == 400, (ev, answer)
+        assert json.loads(answer["body"])["error"]["code"] == "unsupported_event"
+    assert await pool.fetchval("SELECT count(*) FROM runs") == 0 and recorder.seen == []
+
+
+async def test_a_scheduled_tick_with_the_database_unreachable_answers_and_does_not_raise(dsn, recorder):
+    """The schedule's run could not reach the database: DatabaseUnavailable escaped the
+    handler (Lambda records an unhandled error and retries the async invocation)."""
+    settings = make_settings("postgresql://nobody@127.0.0.1:1/none")
+    lam = LambdaApp(settings, [recorder.stage])
+    try:  # little time left, so the wait for the database is short
+        answer = await invoke(lam, event("scheduled"), LambdaContext(settings.finish_margin_seconds + 1))
+    finally:
+        await asyncio.to_thread(lam.loop.run_until_complete, lam.runtime.close())
+        lam.loop.close()
+    assert answer["statusCode"] == 503
+    assert json.loads(answer["body"])["error"]["code"] == "database_unavailable"
+
+
+class UnsureContext(LambdaContext):
+    def get_remaining_time_in_millis(self) -> int:
+        raise RuntimeError("no deadline here")
+
+
+async def test_a_context_that_cannot_say_its_time_left_runs_under_the_platform_limit(lambda_app, pool, recorder):
+    ids = await seed(pool, 2)
+    lam = lambda_app([recorder.stage])
+    body = await invoke(lam, event("scheduled"), UnsureContext())
+    assert body["stopReason"] == "no_work" and body["budgetSeconds"] == 220
+    assert sorted(recorder.seen) == sorted(ids)
