@@ -15,8 +15,11 @@ import httpx
 import pytest
 
 from app.api import create_app
+from app.api import events as events_api
+from app.engine.accounts import KEY_SHAPE, revoke_key
+from app.engine.tenancy import acting
 from tests.api.serving_kit import make_settings, start_uvicorn
-from tests.events.conftest import STAGES, person_enqueues
+from tests.events.conftest import PERSON, STAGES, person_enqueues
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed: apt-get install chromium "
@@ -136,3 +139,18 @@ async def test_catches_up_from_a_gap_after_the_socket_drops(pool, browser, serve
     await expect(page.locator("#t-ready")).to_have_text(str(ready), timeout=5_000)
     await expect(page.locator('tr[data-type="record"] td').first).to_have_text(str(ready))
     assert foreign == []
+
+
+async def test_a_revoked_key_logs_the_page_out(pool, browser, served, tenants, monkeypatch):
+    """The stream closes with 4401 once the key is revoked: the page goes back to its login
+    and says why, instead of reconnecting with the dead key for ever."""
+    from playwright.async_api import expect
+
+    monkeypatch.setattr(events_api, "RECHECK_SECONDS", 1.0)
+    a, _, _ = tenants
+    page, _, _ = await _open(browser, served, a.key)
+    async with acting(pool, PERSON) as conn:
+        assert await revoke_key(conn, KEY_SHAPE.match(a.key).group(1))
+    await expect(page.locator("#login-error")).to_contain_text("no longer valid", timeout=10_000)
+    await expect(page.get_by_label("API key")).to_be_visible()
+    assert await page.evaluate("sessionStorage.length") == 0  # the key is not kept
