@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from datetime import datetime, timezone
@@ -30,7 +31,7 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
         }
-        message = record.getMessage()
+        message = _redacted(record.getMessage())
         fields = _json_object(message)
         if fields is None:
             line["message"] = message
@@ -39,6 +40,15 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
         return json.dumps(line, default=str)
+
+
+# A credential put in a URL by mistake (`/events/ws?key=...` is refused, but uvicorn logs
+# the request line first): its value never reaches the log.
+_CREDENTIAL_IN_URL = re.compile(r"(?i)([?&](?:key|api_key|apikey|token|access_token|secret|password)=)[^&\s\"']*")
+
+
+def _redacted(message: str) -> str:
+    return _CREDENTIAL_IN_URL.sub(r"\1[redacted]", message) if "=" in message else message
 
 
 def _json_object(text: str) -> dict | None:
@@ -97,7 +107,7 @@ class ProgressLine(logging.Handler):
                 self._write(_run_line(event) + "\n", live=False)
                 self._run, self._started = None, record.created
             else:
-                text = f"{record.levelname.lower()} {record.name}: {record.getMessage()}"
+                text = f"{record.levelname.lower()} {record.name}: {_redacted(record.getMessage())}"
                 if record.exc_info:
                     text += "\n" + logging.Formatter().formatException(record.exc_info)
                 self._write(text + "\n", live=False)

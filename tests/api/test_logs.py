@@ -57,3 +57,30 @@ def test_plain_messages_and_exceptions_are_json_too(json_logs):
     first, second = json_logs()[-2:]
     assert first["message"] == "plain text" and first["level"] == "warning"
     assert second["message"] == "it broke" and "ValueError: bad" in second["exc"]
+
+
+async def test_a_key_put_in_a_url_is_refused_and_never_logged(json_logs, dsn, admin_key):
+    """`?key=` is refused (400, 4400), but uvicorn logs the request line first: the key's
+    value stays out of the log."""
+    from serving_kit import start_uvicorn
+    from websockets.asyncio.client import connect
+
+    import httpx
+    from app.api import create_app
+
+    app = create_app(make_settings(dsn))
+    server, task, sock = await start_uvicorn(app)
+    host = "127.0.0.1:%d" % sock.getsockname()[1]
+    try:
+        async with httpx.AsyncClient(base_url=f"http://{host}") as client:
+            assert (await client.get(f"/jobs?limit=1&key={admin_key}")).status_code in (400, 401)
+        async with connect(f"ws://{host}/events/ws?room=system&key={admin_key}") as ws:
+            assert json.loads(await ws.recv())["error"]["code"] == "unknown_parameter"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+        await app.state.runtime.close()
+    logged = json.dumps(json_logs())
+    assert "key=[redacted]" in logged  # the request lines were logged...
+    assert admin_key not in logged and admin_key.split("_")[2] not in logged  # ...without the key
