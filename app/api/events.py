@@ -211,32 +211,56 @@ def _open_streams(app) -> Counter:
     return app.state.event_streams
 
 
-async def _send(ws: WebSocket, item: dict) -> None:
-    try:
-        await ws.send_text(json.dumps(item))
-    except RuntimeError as exc:  # the server closed it already: the client went, or stopped answering pings
-        raise WebSocketDisconnect(1006) from exc
+class _KeyRevoked(Exception):
+    pass
+
+
+class _Follower:
+    """One socket following one room: what it sends, replay and live alike, goes through
+    send(), which stops at once when the client has gone (a dead socket would take the
+    rest of a replay page, each write logged by asyncio) and, every RECHECK_SECONDS, asks
+    for the key again (a client reading slower than its room grows would otherwise stay in
+    the replay, never asked)."""
+
+    def __init__(self, ws: WebSocket, key_still_valid) -> None:
+        self.ws = ws
+        self.key_still_valid = key_still_valid
+        self.checked = time.monotonic()
+        self.closed = asyncio.create_task(_until_closed(ws))
+
+    async def check_key(self, now: bool = False) -> None:
+        if now or time.monotonic() - self.checked >= RECHECK_SECONDS:
+            if not await self.key_still_valid():
+                raise _KeyRevoked
+            self.checked = time.monotonic()
+
+    async def send(self, item: dict) -> None:
+        await asyncio.sleep(0)  # let the reader see a disconnect that has happened
+        if self.closed.done():
+            raise WebSocketDisconnect(1006)
+        await self.check_key()
+        try:
+            await self.ws.send_text(json.dumps(item))
+        except RuntimeError as exc:  # the server closed it already: the client went, or stopped answering pings
+            raise WebSocketDisconnect(1006) from exc
 
 
 async def _stream(ws: WebSocket, pool, actor: Actor, room: str, after: int, key_still_valid) -> None:
     settings = ws.app.state.runtime.settings
     hub = event_hub(ws.app)
-    closed = asyncio.create_task(_until_closed(ws))
-    checked = time.monotonic()
+    follower = _Follower(ws, key_still_valid)
+    closed = follower.closed
     try:
         async with hub.subscribe(room, after) as sub:
-            await _catch_up(ws, pool, actor, sub, settings.events_replay)
-            await _send(ws, {"type": "live", "room": room, "seq": sub.cursor})
+            await _catch_up(follower, pool, actor, sub, settings.events_replay)
+            await follower.send({"type": "live", "room": room, "seq": sub.cursor})
             catch_up_due = False
             while not closed.done():
-                # live events come from the hub, not from a query as the tenant: the key is
-                # asked for again every RECHECK_SECONDS, so a revoked one stops the stream
-                if time.monotonic() - checked >= RECHECK_SECONDS:
-                    if not await key_still_valid():
-                        return await _refuse(ws, 4401, "unauthorized", "this API key was revoked")
-                    checked = time.monotonic()
+                # live events come from the hub, not from a query as the tenant: a quiet
+                # room's key is asked for here, a busy one's as its events are sent
+                await follower.check_key()
                 if catch_up_due:
-                    await _catch_up(ws, pool, actor, sub, settings.events_replay)
+                    await _catch_up(follower, pool, actor, sub, settings.events_replay)
                     catch_up_due = False
                 waiting = asyncio.create_task(sub.wait())
                 done, _ = await asyncio.wait({waiting, closed}, timeout=RECHECK_SECONDS,
@@ -252,21 +276,25 @@ async def _stream(ws: WebSocket, pool, actor: Actor, room: str, after: int, key_
                     catch_up_due = True
                     continue
                 for event in batch:
-                    await _send(ws, event.json())
+                    await follower.send(event.json())
                     sub.cursor = event.seq
+    except _KeyRevoked:
+        await _refuse(ws, 4401, "unauthorized", "this API key was revoked")
     except asyncio.TimeoutError:
         await _refuse(ws, 1011, "unavailable", "the event listener could not reach the database; try again")
     finally:
         closed.cancel()
 
 
-async def _catch_up(ws: WebSocket, pool, actor: Actor, sub: Subscription, window: int) -> None:
+async def _catch_up(follower: _Follower, pool, actor: Actor, sub: Subscription, window: int) -> None:
     """Read from the database (as the tenant) until the room's head, gap first if due."""
     while True:
         async with tenant_transaction(pool, actor) as conn:
             page = await store.read_after(conn, sub.room, sub.cursor, window, CATCH_UP_PAGE)
+        if page.gap is not None:  # a key revoked since reads its room as empty: no gap, a 4401
+            await follower.check_key(now=True)
         for item in page.items():
-            await _send(ws, item)
+            await follower.send(item)
         sub.cursor = page.cursor
         if sub.cursor >= page.head:
             return
