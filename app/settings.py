@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 SettingsClass = TypeVar("SettingsClass", bound=BaseSettings)
 DSN_SHAPE = "postgresql://user:password@host:5432/database"
+_ENCODE_HINT = " (in a user or password, write @ : / ? # as %40 %3A %2F %3F %23)"
 _BRACKETED_HOST = re.compile(r"\[[^\]]+\](?::(.*))?$")  # [::1]:5432
 
 
@@ -181,12 +182,13 @@ class Settings(BaseSettings):
 def check_dsn(dsn: str) -> None:
     """ValueError unless asyncpg can parse `dsn`: its scheme, hosts, ports and query, as
     asyncpg reads them (several hosts, a socket folder in ?host=, percent-encoding). Never
-    names the password."""
+    names any part of the URL: a password with a / ? or # in it is read as the port or
+    the query, and the message would print it."""
     try:
         parts = urlsplit(dsn)
         query = parse_qs(parts.query, strict_parsing=True) if parts.query else {}
-    except ValueError as exc:  # an unclosed [ of an IPv6 host, a query that is not key=value
-        raise ValueError(f"is not a URL like {DSN_SHAPE} ({exc})") from None
+    except ValueError:  # an unclosed [ of an IPv6 host, a query that is not key=value
+        raise ValueError(f"is not a URL like {DSN_SHAPE}{_ENCODE_HINT}") from None
     if parts.scheme not in ("postgresql", "postgres"):
         raise ValueError(f"must start with postgresql:// or postgres://, like {DSN_SHAPE}")
     ports = [p for value in query.get("port", []) for p in value.split(",")]
@@ -198,12 +200,12 @@ def check_dsn(dsn: str) -> None:
         if bracketed:
             ports.append(bracketed.group(1) or "")
         elif host.startswith("[") or not host:
-            raise ValueError(f"has a host it cannot read: {host!r}; hosts look like {DSN_SHAPE}")
+            raise ValueError(f"has a host it cannot read; hosts look like {DSN_SHAPE}{_ENCODE_HINT}")
         else:
             ports.append(unquote(host.partition(":")[2]))
     for port in ports:
         if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
-            raise ValueError(f"has port {port!r}; a port is a number from 1 to 65535")
+            raise ValueError(f"has a port that is not a number from 1 to 65535{_ENCODE_HINT}")
 
 
 def load_settings(**overrides) -> Settings:
