@@ -17,9 +17,13 @@ def retry_after(value: str | None, now: datetime | None = None) -> timedelta | N
         return None
     now = now or datetime.now(timezone.utc)
     value = value.strip()
-    if value.isdigit():
-        seconds = int(value)
-        delay = RETRY_AFTER_MAX if seconds > RETRY_AFTER_MAX.total_seconds() else timedelta(seconds=seconds)
+    if value.isascii() and value.isdigit():  # not '²' (a digit to isdigit, not to int)
+        # past a day, the number's size does not matter (and int() refuses 4,300+ digits)
+        digits = value.lstrip("0") or "0"
+        seconds = int(digits) if len(digits) <= 9 else None
+        if seconds is None or seconds > RETRY_AFTER_MAX.total_seconds():
+            return RETRY_AFTER_MAX
+        delay = timedelta(seconds=seconds)
     else:
         try:
             when = parsedate_to_datetime(value)

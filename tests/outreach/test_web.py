@@ -43,6 +43,8 @@ def test_retry_after_in_seconds_or_as_a_date_capped_at_a_day():
     assert retry_after(format_datetime(now + timedelta(minutes=5), usegmt=True), now) == timedelta(minutes=5)
     assert retry_after("999999", now) == timedelta(days=1)
     assert retry_after("9" * 20, now) == timedelta(days=1)  # no overflow past a timedelta's range
+    assert retry_after("9" * 5000, now) == timedelta(days=1)  # nor int()'s limit on digits
+    assert retry_after("\u00b2", now) is None  # a digit to str.isdigit, not a number
     assert retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now) == timedelta(days=1)
     assert retry_after("0", now) == timedelta(seconds=1)
     assert retry_after("soon", now) is None and retry_after(None, now) is None
