@@ -25,6 +25,8 @@ def normalize_url(url: str, base: str | None = None) -> str:
     if not isinstance(url, str) or not url.strip():
         raise BadUrl("a URL is needed, like https://example.com")
     url = url.strip()
+    if len(url) > 4 * MAX_URL_BYTES:  # before resolving it: urljoin of a 2 MB '../../..' is a second's work
+        raise BadUrl(f"{url[:100]!r}... is longer than {MAX_URL_BYTES} bytes")
     if base is not None:
         url = urljoin(base, url)
     if _CONTROL.search(url):
@@ -38,10 +40,10 @@ def normalize_url(url: str, base: str | None = None) -> str:
         raise BadUrl(f"{url[:100]!r} has a backslash before its query")
     scheme = parts.scheme.lower()
     if scheme not in _DEFAULT_PORTS:
-        raise BadUrl(f"{url!r} is not an http(s) URL, like https://example.com")
+        raise BadUrl(f"{url[:100]!r} is not an http(s) URL, like https://example.com")
     host = (parts.hostname or "").rstrip(".")
     if not host:
-        raise BadUrl(f"{url!r} has no host, like https://example.com")
+        raise BadUrl(f"{url[:100]!r} has no host, like https://example.com")
     if ":" in host:  # IPv6 literal
         host = f"[{host}]"
     netloc = host if port in (None, _DEFAULT_PORTS[scheme]) else f"{host}:{port}"

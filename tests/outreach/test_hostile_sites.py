@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from app.outreach import STAGES
 from app.outreach.extract import EMAIL, MAX_CONTACTS_PER_PAGE, addresses, read_contacts
-from app.outreach.urls import MAX_URL_BYTES
+from app.outreach.urls import MAX_URL_BYTES, BadUrl, normalize_url
 from app.outreach.web import ROBOTS_MAX_BYTES, WebClient
 from tests.outreach.conftest import campaign, pages, reachable, run
 from tests.outreach.servers import ServerThread
@@ -79,6 +79,17 @@ async def test_a_huge_robots_txt_is_cut_at_500_kib_and_read_off_the_loop():
     assert late[0] < LATE_WITHIN, f"the event loop ran {late[0]:.2f}s late (the checks took {took:.2f}s)"
 
 
+async def test_robots_txt_cut_at_500_kib_loses_its_half_line():
+    # cut mid-line, "Disallow: /private" became "Disallow: /" (the whole site refused) and,
+    # the other way round, "Allow: /public" became "Allow: /" (a disallowed page fetched)
+    head = "User-agent: *\nDisallow: /\n" + "Allow: /public/x\n" * 30_000
+    robots = head + "\n" * (ROBOTS_MAX_BYTES - 8 - len(head)) + "Allow: /public/\n"
+    assert robots[:ROBOTS_MAX_BYTES].endswith("\nAllow: /")  # what the cut leaves of the last line
+    with serve({"/robots.txt": PlainTextResponse(robots)}) as server:
+        client = web(server)
+        assert not await client.allowed(f"{server.url}/secret")
+
+
 # -- contacts -----------------------------------------------------------------------------
 
 def _flood(unique: int, repeats: int) -> str:
@@ -129,7 +140,29 @@ def test_addresses_are_found_as_the_whole_page_regex_found_them():
     assert list(addresses("a@" + "b" * 252 + ".cc a@" + "b" * 253 + ".cc")) == ["a@" + "b" * 252 + ".cc"]
 
 
+async def test_a_link_of_megabytes_is_refused_before_it_is_resolved():
+    # a 1.9 MB '../../..' link was resolved against its page on the event loop (about a
+    # second) before its length was looked at
+    href = "../" * (19 * MB // 30)
+    async with loop_lateness() as late:
+        with pytest.raises(BadUrl, match="longer than"):
+            normalize_url(href, base="http://site.test/a/b/")
+        await asyncio.sleep(0.02)
+    assert late[0] < LATE_WITHIN / 5, f"the event loop ran {late[0]:.2f}s late"
+
+
 # -- charsets -----------------------------------------------------------------------------
+
+async def test_bytes_a_declared_charset_does_not_define_do_not_stall_the_loop():
+    # windows-1253 leaves 0xAA undefined: each one replaced costs a microsecond, and the
+    # whole 1.9 MB decoded in one call held the event loop for 1.7-2.5 s
+    body = b"<p>" + b"\xaa" * (19 * MB // 10) + b"</p>"
+    with serve({"/p": Response(body, media_type="text/html; charset=windows-1253")}) as server:
+        async with loop_lateness() as late:
+            resp = await web(server).get(server.url + "/p")
+    assert resp.outcome == "ok" and resp.text.count("\ufffd") == 19 * MB // 10
+    assert late[0] < LATE_WITHIN, f"the event loop ran {late[0]:.2f}s late"
+
 
 async def test_a_punycode_page_reads_as_utf8_in_linear_time():
     body = "-" + "ba" * 50_000  # Python's punycode decoder is quadratic: seconds on the loop
