@@ -203,7 +203,7 @@ def _same_listing(command: str, args, filters: tuple[str, ...]) -> str:
     for flag in filters:
         value = getattr(args, flag.removeprefix("--").replace("-", "_"))
         if value is not None:
-            words += [flag, shlex.quote(str(value))]
+            words.append(f"{flag}={shlex.quote(str(value))}")  # = keeps a value like '-x' the flag's
     if args.limit != DEFAULT_LIMIT:
         words += ["--limit", str(args.limit)]
     return " ".join(words)
