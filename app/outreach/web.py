@@ -260,10 +260,10 @@ class WebClient:
                 body.take(decoder.finish())
         except DecodingError as exc:
             return Response(url, final, status, "bad_encoding", ctype, note=str(exc))
+        if body.size > cap and cut_at is None:
+            return too_large  # before joining the pieces: a copy of more than the cap
         raw = body.bytes()
         if body.size > cap:
-            if cut_at is None:
-                return too_large
             # cut: the last line is whole or not at all (half a rule is another rule:
             # "Disallow: /private" cut to "Disallow: /")
             raw = raw[:cap]
