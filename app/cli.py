@@ -144,8 +144,6 @@ def _stop_on_signals(settings: Settings):
     jobs get WORKER_GRACE_SECONDS and are then handed back (no attempt spent), and the runs
     row is written. A second one quits at once (the run then looks abandoned until the next
     run closes it, and its jobs wait out their lease)."""
-    import signal
-
     def install(stop) -> None:
         loop = asyncio.get_running_loop()
 
@@ -163,8 +161,6 @@ def _stop_on_signals(settings: Settings):
 
 
 async def _worker(settings: Settings, plugins: list[Plugin], dsn: str) -> None:
-    import signal
-
     from app.pipeline.worker import Worker
 
     configure_cli_logging(settings.log_level, budget_seconds=settings.pipeline_budget_seconds)

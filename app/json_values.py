@@ -5,6 +5,12 @@ imports of its own, so the scheduled path and the CLI can use it without the web
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
+
+
+def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    """The one error shape of every answer that is not a success (app/api/errors.py)."""
+    return {"error": {"code": code, "message": message, "details": details}}
 
 
 def iso(value: datetime | None) -> str | None:

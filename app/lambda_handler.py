@@ -20,6 +20,7 @@ decided by app.runtime.run_limits, the same for the HTTP route).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator
@@ -111,10 +112,10 @@ class LambdaApp:
 def _refusal(status: int, code: str, message: str) -> dict:
     """The API's one error shape, as an HTTP answer a Function URL or API Gateway can
     return (and a plain result for any other invoker)."""
-    import json
+    from app.json_values import error_body
 
     return {"statusCode": status, "headers": {"content-type": "application/json"},
-            "body": json.dumps({"error": {"code": code, "message": message, "details": None}})}
+            "body": json.dumps(error_body(code, message))}
 
 
 _instance: LambdaApp | None = None

@@ -22,6 +22,7 @@ from app.lambda_handler import LambdaApp
 from app.runtime import Runtime
 from app.settings import load_settings
 from app.pipeline.stage import Stage
+from tests.lambda_context import LambdaContext
 from tests.own_server import migrated_server, pg_ctl
 from tests.pooler.stages import echo
 
@@ -135,16 +136,6 @@ async def test_a_run_started_while_the_database_is_down_waits_for_it(own_server)
         await db.close()
 
 
-class _LambdaContext:
-    """The part of Lambda's context a handler reads: the time left."""
-
-    def __init__(self, seconds: float) -> None:
-        self._deadline = time.monotonic() + seconds
-
-    def get_remaining_time_in_millis(self) -> int:
-        return int(max(0.0, self._deadline - time.monotonic()) * 1000)
-
-
 async def test_a_scheduled_run_that_waited_for_the_database_keeps_to_lambdas_time_left(own_server):
     """Lambda's clock runs while the schedule's run waits for PostgreSQL: the run took its
     budget from the time left before the wait and kept all of it after, so with the server
@@ -155,7 +146,7 @@ async def test_a_scheduled_run_that_waited_for_the_database_keeps_to_lambdas_tim
                     [Stage(type="echo", handler=echo)])
     try:
         tick = asyncio.create_task(asyncio.to_thread(
-            lam, {"source": "aws.events", "detail-type": "Scheduled Event"}, _LambdaContext(40)))
+            lam, {"source": "aws.events", "detail-type": "Scheduled Event"}, LambdaContext(40)))
         await asyncio.sleep(3)
         await asyncio.to_thread(pg_ctl, server, "restart")
         body = await tick

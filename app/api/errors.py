@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.engine.db import was_cut
+from app.json_values import error_body
 from app.pipeline.outcomes import HookFailed
 from app.runtime import DatabaseUnavailable
 
@@ -49,10 +50,6 @@ class ApiError(StarletteHTTPException):
         self.code = code
         self.message = message
         self.details = details
-
-
-def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "details": details}}
 
 
 class ErrorJSON(JSONResponse):

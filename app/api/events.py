@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from app.api.deps import owner_pool_of, pool_of, tenant_pool_of
-from app.api.errors import ApiError, error_body
+from app.api.errors import ApiError
 from app.api.pagination import parse_limit, single
 from app.api.params import only_params
 from app.engine import events as store
@@ -32,6 +32,7 @@ from app.engine.accounts import authenticate
 from app.engine.db import connect as db_connect
 from app.engine.tenancy import Actor, tenant_transaction
 from app.events.hub import EventHub, Subscription
+from app.json_values import error_body
 from app.runtime import DatabaseUnavailable
 
 router = APIRouter(tags=["events"])

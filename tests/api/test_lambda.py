@@ -13,8 +13,6 @@ import logging
 import os
 import subprocess
 import sys
-import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -23,27 +21,13 @@ from serving_kit import SECRET, Recorder, make_settings, seed
 import app.lambda_handler as lambda_module
 from app.lambda_handler import LambdaApp, is_scheduled_event
 from app.settings import get_settings
+from tests.lambda_context import LambdaContext
 
 EVENTS = Path(__file__).parent / "events"
 
 
 def event(name: str) -> dict:
     return json.loads((EVENTS / f"{name}.json").read_text())
-
-
-class LambdaContext:
-    """What the Lambda runtime hands the handler: the part the handler reads."""
-
-    function_name = "skiplock-dev-pipeline"
-    memory_limit_in_mb = 512
-    invoked_function_arn = "arn:aws:lambda:eu-west-1:123456789012:function:skiplock-dev-pipeline"
-
-    def __init__(self, remaining_seconds: float = 300.0) -> None:
-        self.aws_request_id = str(uuid.uuid4())
-        self._deadline = time.monotonic() + remaining_seconds
-
-    def get_remaining_time_in_millis(self) -> int:
-        return int(max(0.0, self._deadline - time.monotonic()) * 1000)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from app.api import create_app
+from app.engine.accounts import KEY_SHAPE, revoke_key
 from app.engine.tenancy import Actor, acting
 from app.pipeline.stage import Stage
 from tests.api.serving_kit import make_settings, start_uvicorn
@@ -55,6 +56,12 @@ async def tenants(pool):
     """(a, b, admin): two tenants with a lane each, and an admin."""
     return (await make_tenant(pool, "a@example.com"), await make_tenant(pool, "b@example.com"),
             await make_tenant(pool, "root@example.com", admin=True))
+
+
+async def revoke(pool, key: str) -> bool:
+    """Revoke an API key as `skiplock key revoke` does (a named actor); whether it was live."""
+    async with acting(pool, PERSON) as conn:
+        return await revoke_key(conn, KEY_SHAPE.match(key).group(1))
 
 
 async def person_enqueues(pool, lane: uuid.UUID, n: int = 1, type_: str = "record") -> None:

@@ -16,10 +16,8 @@ import pytest
 
 from app.api import create_app
 from app.api import events as events_api
-from app.engine.accounts import KEY_SHAPE, revoke_key
-from app.engine.tenancy import acting
 from tests.api.serving_kit import make_settings, start_uvicorn
-from tests.events.conftest import PERSON, STAGES, person_enqueues
+from tests.events.conftest import STAGES, person_enqueues, revoke
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed: apt-get install chromium "
@@ -149,8 +147,7 @@ async def test_a_revoked_key_logs_the_page_out(pool, browser, served, tenants, m
     monkeypatch.setattr(events_api, "RECHECK_SECONDS", 1.0)
     a, _, _ = tenants
     page, _, _ = await _open(browser, served, a.key)
-    async with acting(pool, PERSON) as conn:
-        assert await revoke_key(conn, KEY_SHAPE.match(a.key).group(1))
+    assert await revoke(pool, a.key)
     await expect(page.locator("#login-error")).to_contain_text("no longer valid", timeout=10_000)
     await expect(page.get_by_label("API key")).to_be_visible()
     assert await page.evaluate("sessionStorage.length") == 0  # the key is not kept

@@ -19,11 +19,9 @@ from websockets.exceptions import ConnectionClosed
 
 from app.api import events as events_api
 from app.engine import events as store
-from app.engine.accounts import KEY_SHAPE, revoke_key
 from app.engine.db import connect as db_connect
-from app.engine.tenancy import acting
 from app.events.hub import EventHub
-from tests.events.conftest import PERSON, person_enqueues
+from tests.events.conftest import person_enqueues, revoke
 
 WAIT = 10  # seconds: generous on a loaded machine; the path under test never polls
 
@@ -107,8 +105,7 @@ async def test_a_revoked_key_stops_its_stream_while_events_flow(pool, serve, ten
         busy = asyncio.create_task(keep_the_room_busy())
         try:
             assert (await _recv(ws))["type"] == "jobs.created"     # streaming
-            async with acting(pool, PERSON) as conn:
-                assert await revoke_key(conn, KEY_SHAPE.match(a.key).group(1))
+            assert await revoke(pool, a.key)
             revoked_at = asyncio.get_running_loop().time()
             while True:  # events committed before the check may still come; then the refusal
                 message = await _recv(ws)
@@ -146,8 +143,7 @@ async def test_a_revoked_key_stops_its_stream_in_the_middle_of_a_replay(pool, se
                        additional_headers={"Authorization": f"Bearer {a.key}"}) as ws:
         first = await _recv(ws)
         assert first["seq"] == 1
-        async with acting(pool, PERSON) as conn:
-            assert await revoke_key(conn, KEY_SHAPE.match(a.key).group(1))
+        assert await revoke(pool, a.key)
         await asyncio.sleep(2.5)  # the server is blocked on the socket, mid-replay
         kinds, last = [], first
         with pytest.raises(ConnectionClosed):
