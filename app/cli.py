@@ -25,7 +25,7 @@ from typing import Iterator
 import asyncpg
 
 from app import cli_accounts, cli_jobs, cli_status
-from app.cli_context import BAD_INPUT, FAILURE, Cli, CliError
+from app.cli_context import BAD_INPUT, FAILURE, Cli
 from app.cli_output import OutputClosed, answer
 from app.devdb import DataDirUnusable, LocalPostgresError
 from app.engine import jobs as q
@@ -91,11 +91,11 @@ def _payload(text: str) -> dict:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CliError(f"--payload is not valid JSON: {exc.msg} at position {exc.pos}") from None
+        raise CommandError(f"--payload is not valid JSON: {exc.msg} at position {exc.pos}") from None
     except RecursionError:  # far deeper than check_payload allows
         raise PayloadRefused([Problem((), f"is nested more than {MAX_DEPTH} levels deep")]) from None
     if not isinstance(value, dict):
-        raise CliError("--payload must be a JSON object, like '{\"url\": \"https://example.com\"}'")
+        raise CommandError("--payload must be a JSON object, like '{\"url\": \"https://example.com\"}'")
     return value
 
 
@@ -105,20 +105,20 @@ def _lane(text: str | None) -> uuid.UUID | None:
     try:
         return uuid.UUID(text)
     except ValueError:
-        raise CliError(f"--lane {text!r} is not a lane id (a uuid)") from None
+        raise CommandError(f"--lane {text!r} is not a lane id (a uuid)") from None
 
 
 async def _enqueue(args, settings: Settings, plugins: list[Plugin], dsn: str) -> dict:
     stages = {s.type: s for s in configured_stages(settings, plugins)}
     if args.type not in stages:
-        raise CliError(f"unknown job type {args.type!r}; the stages are: {', '.join(stages) or 'none'}")
+        raise CommandError(f"unknown job type {args.type!r}; the stages are: {', '.join(stages) or 'none'}")
     if not 0 <= args.delay <= MAX_DELAY_SECONDS:  # NaN fails both
-        raise CliError(f"--in must be zero or more seconds, at most {MAX_DELAY_SECONDS} (ten years)")
+        raise CommandError(f"--in must be zero or more seconds, at most {MAX_DELAY_SECONDS} (ten years)")
     try:
         payload = check_payload(_payload(args.payload), stages[args.type].payload,
                                 max_bytes=settings.max_payload_bytes, context={"settings": settings})
     except PayloadRefused as exc:
-        raise CliError(f"--payload does not fit the {args.type!r} stage: {exc}") from None
+        raise CommandError(f"--payload does not fit the {args.type!r} stage: {exc}") from None
     job = q.NewJob(type=args.type, payload=payload, dedupe_key=args.dedupe_key,
                    lane=_lane(args.lane),
                    run_after=datetime.now(timezone.utc) + timedelta(seconds=args.delay) if args.delay else None)
@@ -129,7 +129,7 @@ async def _enqueue(args, settings: Settings, plugins: list[Plugin], dsn: str) ->
 
 async def _run_once(args, settings: Settings, plugins: list[Plugin]) -> dict:
     if args.budget is not None and not args.budget > 0:  # NaN too
-        raise CliError("--budget must be a positive number of seconds")
+        raise CommandError("--budget must be a positive number of seconds")
     configure_cli_logging(settings.log_level, budget_seconds=run_limits(settings, args.budget, None).budget)
     runtime = Runtime(settings, plugins=plugins, embedded_database=True)
     try:
@@ -222,10 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     except OutputClosed:  # the Unix way: quiet, as if killed by SIGPIPE
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit stays quiet
         return OUTPUT_CLOSED
-    except CliError as exc:
+    except CommandError as exc:  # bad input (2), or a thing that could not be done (1)
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except (CommandError, SettingsError, StageConfigError) as exc:
+    except (SettingsError, StageConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return BAD_INPUT
     except asyncpg.UndefinedTableError:
@@ -244,9 +244,9 @@ def _check_invocation(argv: list[str]) -> None:
     for i, arg in enumerate(argv):
         if not is_utf8(arg):
             shown = repr(arg.encode("utf-8", "surrogateescape"))[1:]  # b'\xff' as '\xff'
-            raise CliError(f"argument {i + 1}, {shown}, is not UTF-8 text: give it as UTF-8")
+            raise CommandError(f"argument {i + 1}, {shown}, is not UTF-8 text: give it as UTF-8")
     if sys.stdout is None:
-        raise CliError("stdout is closed (>&-): the answer would be lost; redirect it to a file or /dev/null")
+        raise CommandError("stdout is closed (>&-): the answer would be lost; redirect it to a file or /dev/null")
 
 
 @contextmanager
@@ -263,4 +263,4 @@ def _embedded_server(settings: Settings) -> Iterator[None]:
                                                                                      file=sys.stderr)):
             yield
     except DataDirUnusable as exc:
-        raise CliError(f"bad setting LOCAL_DATA_DIR: {exc}") from None
+        raise CommandError(f"bad setting LOCAL_DATA_DIR: {exc}") from None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from app.cli_context import CliError, CliFailure
+from app.plugin import CommandError, CommandFailed
 from app.engine import accounts
 from app.engine.db import connect
 from app.engine.tenancy import Actor, act_as
@@ -40,18 +40,18 @@ async def run(args, dsn: str) -> str:
                 try:
                     email = accounts.check_email(args.email)
                 except accounts.AccountError as exc:
-                    raise CliError(str(exc)) from None
+                    raise CommandError(str(exc)) from None
                 user_id = await accounts.add_user(conn, email)
                 return json.dumps({"id": str(user_id), "email": email})
             if args.key_command == "create":
                 try:
                     key = await accounts.create_key(conn, args.email.strip().lower(), args.admin)
                 except accounts.AccountError as exc:  # no such user
-                    raise CliFailure(str(exc)) from None
+                    raise CommandFailed(str(exc)) from None
                 return json.dumps({"key": key.key, "prefix": key.prefix, "admin": key.admin,
                                    "note": "shown once: store it now"})
             if not await accounts.revoke_key(conn, args.prefix):
-                raise CliFailure(f"no live key with prefix {args.prefix!r}")
+                raise CommandFailed(f"no live key with prefix {args.prefix!r}")
             return json.dumps({"revoked": args.prefix})
     finally:
         await conn.close()

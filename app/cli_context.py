@@ -8,22 +8,12 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from app.pipeline.stage import Stage
-from app.plugin import Plugin
+from app.plugin import CommandError, CommandFailed, Plugin
 from app.runtime import configured_stages
 from app.settings import Settings
 
-BAD_INPUT = 2
-FAILURE = 1
-
-
-class CliError(Exception):
-    """Bad input or a broken setup: exit 2."""
-    exit_code = BAD_INPUT
-
-
-class CliFailure(CliError):
-    """The input was fine and the thing could not be done (no such job, not failed): exit 1."""
-    exit_code = FAILURE
+BAD_INPUT = CommandError.exit_code
+FAILURE = CommandFailed.exit_code
 
 
 @dataclass
@@ -36,8 +26,8 @@ class Cli:
     def stages(self) -> list[Stage]:
         return configured_stages(self.settings, self.plugins)
 
-    def bad_input(self, message: str) -> CliError:
-        return CliError(message)
+    def bad_input(self, message: str) -> CommandError:
+        return CommandError(message)
 
-    def failure(self, message: str) -> CliFailure:
-        return CliFailure(message)
+    def failure(self, message: str) -> CommandFailed:
+        return CommandFailed(message)

@@ -83,7 +83,14 @@ class Plugin:
 
 
 class CommandError(Exception):
-    """A plug-in command's one-line answer to bad input: the CLI prints it and exits 2."""
+    """A command's one-line answer to bad input: the CLI prints it and exits 2."""
+    exit_code = 2
+
+
+class CommandFailed(CommandError):
+    """The input was fine and the thing could not be done (no such campaign, no such job):
+    the CLI prints it and exits 1."""
+    exit_code = 1
 
 
 class PluginConfigError(StageConfigError):

@@ -16,7 +16,6 @@ import argparse
 import json
 import uuid
 
-from app.cli_context import CliFailure
 from app.engine import accounts
 from app.engine.db import connect
 from app.engine.tenancy import Actor, act_as
@@ -27,7 +26,7 @@ from app.outreach.settings import outreach_settings
 from app.outreach.store import (CAMPAIGN_STATUSES, get_campaign, list_campaigns, list_contacts,
                                  set_campaign_status, set_plan)
 from app.outreach.urls import path_of
-from app.plugin import CommandError
+from app.plugin import CommandError, CommandFailed
 
 CONTACTS_PAGE = 500
 LIST_LIMIT = 100
@@ -139,7 +138,7 @@ async def campaign_set_status(args, settings, dsn: str) -> str:
     finally:
         await conn.close()
     if changed is None:
-        raise CliFailure(f"no campaign with id {campaign_id}")  # exit 1, as `jobs show`
+        raise CommandFailed(f"no campaign with id {campaign_id}")  # exit 1, as `jobs show`
     word = "paused" if args.status == "paused" else "resumed"
     return f"campaign {campaign_id} {word}" if changed else f"campaign {campaign_id} was {args.status} already"
 
@@ -155,7 +154,7 @@ async def contacts(args, settings, dsn: str) -> str:
     try:
         campaign = await get_campaign(conn, campaign_id)
         if campaign is None:
-            raise CliFailure(f"no campaign with id {campaign_id}")  # exit 1, as `jobs show`
+            raise CommandFailed(f"no campaign with id {campaign_id}")  # exit 1, as `jobs show`
         found, after = [], None
         while True:  # keyset pages, so a big campaign is never one huge query
             page = await list_contacts(conn, campaign_id, after=after, limit=CONTACTS_PAGE)

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from app.api import create_app
-from app.cli_context import CliFailure
+from app.plugin import CommandFailed
 from app.engine import accounts
 from app.engine.queries import SQL_DIR
 from app.engine.tenancy import act_as, tenant_transaction
@@ -164,7 +164,7 @@ async def test_campaign_commands(dsn, pool):
     assert await command(dsn, "campaign", "resume", cid) == f"campaign {cid} resumed"
     listed = json.loads(await command(dsn, "campaign", "ls", "--json"))["data"]
     assert [(c["id"], c["status"], c["counts"]["contacts"]) for c in listed] == [(cid, "active", 0)]
-    with pytest.raises(CliFailure, match="no campaign with id"):
+    with pytest.raises(CommandFailed, match="no campaign with id"):
         await command(dsn, "campaign", "resume", str(uuid.uuid4()))
     actors = await pool.fetch("SELECT DISTINCT actor_kind, actor_id FROM audit_log WHERE table_name IN "
                               "('campaigns', 'users', 'subscriptions')")
