@@ -26,6 +26,7 @@ from app.pipeline import outcomes
 from app.pipeline.maintenance import MAINTENANCE_TYPE
 from app.pipeline.notifications import NOTIFY_TYPE
 from app.runtime import run_json
+from app.whole_numbers import whole_number
 
 STATUSES = ("pending", "running", "done", "failed")
 STOP_REASONS = ("no_work", "time_budget", "quota_reserve", "quota_exhausted", "error", "running")
@@ -112,9 +113,10 @@ def _uuid(what: str):
 
 
 def _limit(text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_LIMIT:  # '²' is a digit to isdigit
+    limit = whole_number(text)
+    if limit is None or not 1 <= limit <= MAX_LIMIT:
         raise argparse.ArgumentTypeError(f"--limit must be a whole number from 1 to {MAX_LIMIT}")
-    return int(text)
+    return limit
 
 
 def duration(text: str) -> float:

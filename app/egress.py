@@ -25,6 +25,8 @@ from urllib.parse import urlsplit
 import httpcore
 import httpx
 
+from app.whole_numbers import whole_number
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # Ranges that `is_global` lets through but that are not plain unicast on the internet.
@@ -126,9 +128,10 @@ def parse_allow_list(value: str | None) -> frozenset[tuple[str, int]]:
         if not item:
             continue
         host, sep, port = item.rpartition(":")
-        if not sep or not port.isdigit() or not host:
+        number = whole_number(port, max_digits=5)
+        if not sep or number is None or not host:
             raise ValueError(f"FETCH_ALLOW_PRIVATE: {item!r} is not host:port")
-        pairs.add((host.strip("[]"), int(port)))
+        pairs.add((host.strip("[]"), number))
     return frozenset(pairs)
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
 
+from app.whole_numbers import ascii_digits, whole_number
+
 RETRY_AFTER_MAX = timedelta(days=1)
 
 
@@ -17,10 +19,8 @@ def retry_after(value: str | None, now: datetime | None = None) -> timedelta | N
         return None
     now = now or datetime.now(timezone.utc)
     value = value.strip()
-    if value.isascii() and value.isdigit():  # not '²' (a digit to isdigit, not to int)
-        # past a day, the number's size does not matter (and int() refuses 4,300+ digits)
-        digits = value.lstrip("0") or "0"
-        seconds = int(digits) if len(digits) <= 9 else None
+    if ascii_digits(value):
+        seconds = whole_number(value, max_digits=9)  # past a day, its size does not matter
         if seconds is None or seconds > RETRY_AFTER_MAX.total_seconds():
             return RETRY_AFTER_MAX
         delay = timedelta(seconds=seconds)

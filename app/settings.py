@@ -10,6 +10,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.whole_numbers import whole_number
+
 
 SettingsClass = TypeVar("SettingsClass", bound=BaseSettings)
 DSN_SHAPE = "postgresql://user:password@host:5432/database"
@@ -204,7 +206,7 @@ def check_dsn(dsn: str) -> None:
         else:
             ports.append(unquote(host.partition(":")[2]))
     for port in ports:
-        if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        if port and not 1 <= (whole_number(port, max_digits=5) or 0) <= 65535:
             raise ValueError(f"has a port that is not a number from 1 to 65535{_ENCODE_HINT}")
 
 

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from app.engine.queries import query
+from app.whole_numbers import whole_number
 
 SYSTEM_ROOM = "system"
 ROOM_KINDS = ("account", "lane", "batch")
@@ -115,8 +116,9 @@ def parse_notice(payload: str) -> list[tuple[str, int, int]]:
     for line in payload.splitlines():
         room, _, rest = line.partition(" ")
         first, _, last = rest.partition(" ")
-        if room and first.isdigit() and last.isdigit():
-            out.append((room, int(first), int(last)))
+        first_seq, last_seq = whole_number(first, 19), whole_number(last, 19)  # bigints
+        if room and first_seq is not None and last_seq is not None:
+            out.append((room, first_seq, last_seq))
     return out
 
 

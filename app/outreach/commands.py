@@ -27,6 +27,7 @@ from app.outreach.store import (CAMPAIGN_STATUSES, get_campaign, list_campaigns,
                                  set_campaign_status, set_plan)
 from app.outreach.urls import path_of
 from app.plugin import CommandError, CommandFailed
+from app.whole_numbers import whole_number
 
 CONTACTS_PAGE = 500
 LIST_LIMIT = 100
@@ -80,9 +81,10 @@ async def plan_set(args, settings, dsn: str) -> str:
 
 
 def _positive(text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 10_000:  # '²' is a digit to isdigit
+    number = whole_number(text)
+    if number is None or not 1 <= number <= 10_000:
         raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 10000 (got {text!r})")
-    return int(text)
+    return number
 
 
 def _campaign_id(text: str) -> uuid.UUID:

@@ -47,6 +47,7 @@ from protego import Protego
 from app.egress import EgressRefused, Resolver, default_port, guarded_client, literal_refusal, parse_allow_list
 from app.pipeline.stage import DeferJob
 from app.retry_after import retry_after
+from app.whole_numbers import whole_number
 from app.outreach.content_coding import ACCEPT_ENCODING, DecodingError, decoder_for
 from app.outreach.html import PageNotParsed, off_the_loop
 from app.outreach.sample import sample_site_aliases
@@ -243,7 +244,7 @@ class WebClient:
         if ctype not in TEXT_TYPES:
             return Response(url, final, status, "not_text", ctype, note=f"not text ({ctype})")
         declared = r.headers.get("content-length", "")
-        if cut_at is None and declared.isdigit() and int(declared) > self.max_bytes:
+        if cut_at is None and (whole_number(declared) or 0) > self.max_bytes:
             return Response(url, final, status, "too_large", ctype,
                             note=f"{declared} bytes, more than {self.max_bytes}")
         cap = self.max_bytes if cut_at is None else cut_at
