@@ -57,7 +57,11 @@ async def dsn(pg_server):
     await migrate(conn, [p.name for p in load_plugins(Settings().pipeline_plugins)])
     await make_tenant_login(conn, url)
     await conn.close()
+    _session_database.append(url)
     yield url
+    _session_database.clear()
+    if _cleaner:
+        await _cleaner.pop().close()
     admin = await asyncpg.connect(pg_server)
     await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     await drop_tenant_login(admin, url)
@@ -91,21 +95,26 @@ async def pool(dsn):
 
 
 _all_tables: list[str] = []  # read once: the schema does not change mid-session
+_session_database: list[str] = []  # the session database's URL, once `dsn` has made it
+_cleaner: list[asyncpg.Connection] = []  # clean's own connection to it
 
 
 @pytest.fixture(autouse=True)
 async def clean(request):
     """Empty every table (every migration's, without a list to keep up) before each test
-    that touches the database."""
-    if "pool" not in request.fixturenames and "dsn" not in request.fixturenames:
+    that touches the database. An autouse fixture is set up before the test's own, so it
+    asks for no fixture: one made from here would need the running loop. Before `dsn` has
+    made the session database there is nothing to empty."""
+    if not _session_database or ("pool" not in request.fixturenames and "dsn" not in request.fixturenames):
         yield
         return
-    p = request.getfixturevalue("pool")
+    if not _cleaner:
+        _cleaner.append(await connect(_session_database[0]))
     if not _all_tables:
-        _all_tables.append(await p.fetchval(
+        _all_tables.append(await _cleaner[0].fetchval(
             "SELECT string_agg(quote_ident(tablename), ', ') FROM pg_tables "
             "WHERE schemaname = 'public' AND tablename <> 'schema_migrations'"))
-    await p.execute(f"TRUNCATE {_all_tables[0]} CASCADE")
+    await _cleaner[0].execute(f"TRUNCATE {_all_tables[0]} CASCADE")
     yield
 
 
