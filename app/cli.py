@@ -212,7 +212,11 @@ def main(argv: list[str] | None = None) -> int:
         plugins = load_plugins(settings.pipeline_plugins)
     except (SettingsError, StageConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        if not _asks_for_help(sys.argv[1:] if argv is None else argv):
+            return BAD_INPUT
+        # help is what one reads to fix a setting: given, without the plug-ins' commands
+        print("(the help below leaves out the commands of the plug-ins)", file=sys.stderr)
+        plugins = []
     argv = sys.argv[1:] if argv is None else argv
     args = _parser(plugins).parse_args(argv)
     try:
@@ -228,13 +232,18 @@ def main(argv: list[str] | None = None) -> int:
     except (SettingsError, StageConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return BAD_INPUT
-    except asyncpg.UndefinedTableError:
-        print("error: the database has no Skiplock tables yet: run `skiplock migrate` first", file=sys.stderr)
     except (DatabaseUnavailable, LocalPostgresError, *DATABASE_ERRORS) as exc:
-        print(f"error: database unreachable or failing: {exc.__cause__ or exc}", file=sys.stderr)
+        if isinstance(exc, asyncpg.UndefinedTableError) or isinstance(exc.__cause__, asyncpg.UndefinedTableError):
+            print("error: the database has no Skiplock tables yet: run `skiplock migrate` first", file=sys.stderr)
+        else:
+            print(f"error: database unreachable or failing: {exc.__cause__ or exc}", file=sys.stderr)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
     return FAILURE
+
+
+def _asks_for_help(argv: list[str]) -> bool:
+    return any(arg in ("-h", "--help") for arg in argv)
 
 
 def _check_invocation(argv: list[str]) -> None:

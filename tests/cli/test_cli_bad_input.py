@@ -5,6 +5,7 @@ that are not UTF-8, a stdout that is closed or whose reader left, rows that are 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shlex
 import signal
@@ -166,3 +167,23 @@ async def test_the_next_page_command_continues_the_same_listing(pool, cli):
     odd = [await factories.run(pool, "-x") for _ in range(2)]
     rows, _ = await _follow(cli, "runs", "ls", "--trigger=-x", "--limit", "1")
     assert [(r[0], r[1]) for r in rows] == [(str(i), "-x") for i in reversed(odd)]
+
+
+
+@pytest.mark.parametrize("args", [["run-once"], ["jobs", "ls"], ["runs", "ls"], ["status"], ["enqueue", "echo"]])
+async def test_an_unmigrated_database_says_to_migrate(new_database, args):
+    """Not 'unreachable': the database answered, it only has no tables yet."""
+    out = await asyncio.to_thread(skiplock, *args, dsn=await new_database())
+    assert (out.returncode, out.stderr) == (
+        1, "error: the database has no Skiplock tables yet: run `skiplock migrate` first\n")
+
+
+def test_help_is_given_with_a_bad_setting():
+    """Help is what one reads to fix a setting: it is not refused for one."""
+    env = {"DB_POOL_SIZE": "abc"}
+    helped = skiplock("jobs", "ls", "--help", dsn=None, env=env)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: skiplock jobs ls")
+    assert helped.stderr.startswith("error: bad setting DB_POOL_SIZE")
+    refused = skiplock("jobs", "ls", dsn=None, env=env)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr.startswith("error: bad setting DB_POOL_SIZE") and refused.stderr.count("\n") == 1
