@@ -78,7 +78,7 @@ async def test_reconcile_derives_the_final_status(pool, outcomes, expected):
 
 async def test_reconcile_moves_a_started_batch_to_running(pool):
     c = await campaign(pool)
-    out = await b.create_batch(pool, c, [BatchRequest("a"), BatchRequest("b")])
+    await b.create_batch(pool, c, [BatchRequest("a"), BatchRequest("b")])
     assert await b.reconcile(pool) == []  # nothing started: stays pending
     await q.claim(pool, f.lease("a"), await f.run(pool), 1)
     [row] = await b.reconcile(pool)

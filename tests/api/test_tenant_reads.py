@@ -39,7 +39,6 @@ async def test_a_tenant_pages_exactly_its_own_jobs_newest_first(make_client, poo
     await pool.execute("UPDATE jobs SET status = 'running', locked_at = now(), attempts = 1 "
                        "WHERE id IN (SELECT id FROM jobs WHERE lane = ANY ($1::uuid[]) AND status = 'pending' "
                        "ORDER BY id LIMIT 7)", [alice_lanes[2], bob_lanes[0]])
-    admin = {"Authorization": f"Bearer {await f.api_key(pool, 'root@ops.example', admin=True)}"}
     mine = {"Authorization": f"Bearer {alice}"}
 
     async def expected(query_string: str, lanes) -> list[str]:

@@ -27,7 +27,7 @@ async def test_drafts_come_from_the_llm_with_their_token_counts(pool, site, llm)
 
 
 async def test_a_rate_limited_llm_defers_the_draft_and_keeps_its_charge(pool, site, llm):
-    cid = await campaign(pool, site.url + "/")
+    await campaign(pool, site.url + "/")
     llm.reset(429)
     result = await run(pool, llm_base_url=f"{llm.url}/v1", llm_model="tiny-chat")
     assert result.summary["stages"]["draft"] == {"done": 0, "failed": 0, "deferred": 5}
@@ -45,7 +45,7 @@ async def test_a_rate_limited_llm_defers_the_draft_and_keeps_its_charge(pool, si
 
 async def test_without_llm_settings_the_template_writes_the_drafts(pool, site, llm):
     assert not load_outreach_settings(llm_base_url=None, llm_model=None).llm_enabled
-    cid = await campaign(pool, site.url + "/")
+    await campaign(pool, site.url + "/")
     result = await run(pool)
     assert result.summary["drafts_written"] == 5 and "tokens_spent" not in result.summary
     body = await pool.fetchval("SELECT body FROM drafts d JOIN contacts k ON k.id = d.contact_id "
