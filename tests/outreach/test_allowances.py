@@ -162,3 +162,25 @@ async def test_a_refunded_job_that_is_retried_pays_again_and_can_be_refunded_aga
     assert await allowances.refund_credit(pool, job) == 1
     assert await ledger(pool, job) == ["charge", "refund", "charge", "refund"]
     assert (await allowances.usage_today(pool, cid))["credits"] == 0
+
+
+async def test_a_spent_allowance_defers_the_lanes_whole_backlog_not_one_claim_per_job(pool, site):
+    # A free tenant with its pages spent floods crawl jobs. Each deferral hands its `served`
+    # back, so one claim per job kept that lane "served least", ahead of every other lane of
+    # its plan, until its whole flood had been claimed and deferred one by one. Now the first
+    # deferral sends the lane's other waiting fetches to the same wake-up time.
+    from app.engine.jobs import NewJob, enqueue_many
+    flood = await campaign(pool, site.url + "/", plan="free", owner="flood@example.com")
+    other = await campaign(pool, site.url + "/", plan="free", owner="other@example.com")
+    await pool.execute("DELETE FROM jobs")
+    await use_today(pool, flood, pages=PLANS["free"].daily_pages)
+    await enqueue_many(pool, [NewJob(type="crawl", lane=flood, payload={"url": f"{site.url}/fair/a/{i}"})
+                              for i in range(200)])
+    await enqueue_many(pool, [NewJob(type="crawl", lane=other, payload={"url": f"{site.url}/fair/b/{i}"})
+                              for i in range(20)])
+    result = await run(pool, "cron")
+    done = await pool.fetchval("SELECT count(*) FROM jobs WHERE lane = $1 AND type = 'crawl' AND status = 'done'", other)
+    assert done == 20
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE lane = $1 AND run_after < $2",
+                               flood, next_utc_day()) == 0
+    assert result.jobs_deferred <= 8, result.jobs_deferred  # a batch or two, not 200 claims
