@@ -34,6 +34,7 @@ from app.engine.migrate import migrate
 from app.logs import configure_cli_logging
 from app.pipeline.payloads import MAX_DEPTH, PayloadRefused, Problem, check_payload
 from app.pipeline.registry import StageConfigError
+from app.pipeline.stage import DedupeKeyFixed
 from app.plugin import CommandError, Plugin, load_plugins
 from app.runtime import (DATABASE_ERRORS, DatabaseUnavailable, Runtime, configured_stages,
                          direct_database_url, run_json, run_limits)
@@ -119,8 +120,12 @@ async def _enqueue(args, settings: Settings, plugins: list[Plugin], dsn: str) ->
                                 max_bytes=settings.max_payload_bytes, context={"settings": settings})
     except PayloadRefused as exc:
         raise CommandError(f"--payload does not fit the {args.type!r} stage: {exc}") from None
-    job = q.NewJob(type=args.type, payload=payload, dedupe_key=args.dedupe_key,
-                   lane=_lane(args.lane),
+    lane = _lane(args.lane)
+    try:
+        dedupe_key = stages[args.type].people_dedupe_key(lane or q.DEFAULT_LANE, payload, args.dedupe_key)
+    except DedupeKeyFixed as exc:
+        raise CommandError(str(exc)) from None
+    job = q.NewJob(type=args.type, payload=payload, dedupe_key=dedupe_key, lane=lane,
                    run_after=datetime.now(timezone.utc) + timedelta(seconds=args.delay) if args.delay else None)
     async with cli_jobs.acting_as_cli(dsn) as db:  # audited as system/cli
         job_id = await q.enqueue(db, job)

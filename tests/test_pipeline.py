@@ -9,7 +9,7 @@ import pytest
 from app import DeferJob, Stage, StopRun
 from app.engine import jobs as q
 from app.engine.jobs import NewJob
-from app.pipeline.loop import Pipeline
+from app.pipeline.loop import STAGE_TURN_SECONDS, Pipeline
 from app.pipeline.maintenance import RECURRING
 from app.runtime import Runtime, run_limits
 from app.settings import load_settings
@@ -56,6 +56,32 @@ async def test_loop_restarts_from_the_first_stage_after_every_batch(pool):
     assert stages_summary["crawl"] == stages_summary["extract"] == {"done": 3, "failed": 0, "deferred": 0}
     # the pipeline's own housekeeping ran first and is not counted as the user's work
     assert stages_summary["maintenance"]["done"] == len(RECURRING)
+
+
+async def test_a_flood_of_an_early_stage_does_not_starve_the_later_ones(pool):
+    """Earlier stages win, but a later stage passed over for STAGE_TURN_SECONDS gets the
+    next claim (a tenant's thousand early jobs held every tenant's later work back)."""
+    ran: list[tuple[str, float]] = []
+    start = 0.0
+
+    async def early(job, ctx):
+        ran.append(("early", asyncio.get_running_loop().time() - start))
+        await asyncio.sleep(0.05)
+
+    async def late(job, ctx):
+        ran.append(("late", asyncio.get_running_loop().time() - start))
+
+    stages = [Stage(type="early", handler=early, batch=1), Stage(type="late", handler=late, batch=1)]
+    await f.jobs(pool, "early", 400)   # 20 s of work, one at a time
+    await f.jobs(pool, "late", 2)
+    start = asyncio.get_running_loop().time()
+    result = await pipeline(pool, stages).run("manual", budget=5)
+    assert result.stop_reason == "time_budget"
+    lates = [at for kind, at in ran if kind == "late"]
+    assert len(lates) == 2, ran[-5:]               # both had their turn inside the 5 s
+    assert lates[0] < STAGE_TURN_SECONDS + 1.5     # the first within a turn, give or take a batch
+    earlies = sum(1 for kind, _ in ran if kind == "early")
+    assert earlies > 20 * len(lates)               # and the early stage still won nearly every batch
 
 
 async def test_handler_counts_land_in_the_summary(pool):

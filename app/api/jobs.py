@@ -17,12 +17,13 @@ from app.api.cache import CACHED, cached_json, forget
 from app.api.deps import JOB_TYPES_MARK, enqueueable_types, listed_types, pool_of
 from app.api.errors import ApiError
 from app.api.pagination import ListQuery, Param, enum_param, uuid_param
-from app.api.payloads import accepted_payload
+from app.api.payloads import accepted_payload, stage_of
 from app.api.params import only_params
 from app.engine import job_admin
 from app.engine.jobs import DEFAULT_LANE, NewJob, enqueue
 from app.json_values import iso
 from app.pipeline import outcomes
+from app.pipeline.stage import DedupeKeyFixed
 
 router = APIRouter(tags=["jobs"])
 
@@ -88,8 +89,10 @@ class JobIn(BaseModel):
                     "at most MAX_PAYLOAD_BYTES of JSON, no NUL character anywhere")
     dedupe_key: str | None = Field(
         None, min_length=1, max_length=200,
-        description="while a job with this key is pending or running, enqueueing another is a no-op "
-                    "that answers 200 with that job")
+        description="while a job with this key is pending or running in the lane, enqueueing another is "
+                    "a no-op that answers 200 with that job. A stage may name its jobs' key from their "
+                    "payload (the example's extract, draft, brief): then any other key is 422 "
+                    "dedupe_key_fixed")
     run_after: datetime | None = Field(
         None, description="not before this time (default now; no time zone: UTC; a time before 1970 "
                           "means now, one after 9999-01-01 is kept as 9999-01-01)")
@@ -189,7 +192,8 @@ async def get_job(job_id: uuid.UUID, request: Request) -> Response:
                         409: {"description": "conflict: the open job holding the dedupe_key kept finishing "
                                              "between the insert and the read; send the request again"},
                         422: {"description": "unknown_job_type (the message names the known types), "
-                                             "unknown_lane, or a malformed body"}})
+                                             "unknown_lane, dedupe_key_fixed (the stage names its jobs' "
+                                             "dedupe key: send that one or none), or a malformed body"}})
 async def create_job(body: JobIn, request: Request) -> JSONResponse:
     """201 with the new job, or 200 with the open job that holds the same dedupe_key
     (the insert is the check: no read comes before it)."""
@@ -207,7 +211,12 @@ async def create_job(body: JobIn, request: Request) -> JSONResponse:
         # job without a lane is ownerless work, which row-level security refuses (403).
         raise ApiError(422, "unknown_lane", f"no lane {lane}", {"lane": str(lane)})
     payload = accepted_payload(request, body.type, body.payload, ("body", "payload"))
-    new = NewJob(type=body.type, payload=payload, dedupe_key=body.dedupe_key, lane=lane,
+    stage = stage_of(request, body.type)
+    try:
+        dedupe_key = stage.people_dedupe_key(lane, payload, body.dedupe_key) if stage else body.dedupe_key
+    except DedupeKeyFixed as exc:
+        raise ApiError(422, "dedupe_key_fixed", str(exc), {"dedupeKey": exc.key}) from None
+    new = NewJob(type=body.type, payload=payload, dedupe_key=dedupe_key, lane=lane,
                  run_after=body.run_after)
     for _ in range(5):
         try:
@@ -220,7 +229,7 @@ async def create_job(body: JobIn, request: Request) -> JSONResponse:
                                 headers={"Location": f"/jobs/{job_id}"})
         # the dedupe key is held by an open job: that one is the answer (if it finished
         # in between, the key is free again and the insert goes through next time)
-        row = await job_admin.open_job_by_dedupe_key(pool, body.dedupe_key, lane)
+        row = await job_admin.open_job_by_dedupe_key(pool, dedupe_key, lane)
         if row is not None:
             return JSONResponse({"created": False, "job": job_json(row)}, status_code=200,
                                 headers={"Location": f"/jobs/{row['id']}"})

@@ -9,6 +9,11 @@ from fastapi import Request
 
 from app.api.errors import invalid_request
 from app.pipeline.payloads import PayloadRefused, check_payload
+from app.pipeline.stage import Stage
+
+
+def stage_of(request: Request, job_type: str) -> Stage | None:
+    return next((s for s in request.app.state.runtime.stages if s.type == job_type), None)
 
 
 def accepted_payload(request: Request, job_type: str, payload: dict[str, Any],
@@ -16,7 +21,7 @@ def accepted_payload(request: Request, job_type: str, payload: dict[str, Any],
     """The payload to store for a job of `job_type`; `where` is the payload's place in
     the request body, like ("body", "payload")."""
     runtime = request.app.state.runtime
-    stage = next((s for s in runtime.stages if s.type == job_type), None)
+    stage = stage_of(request, job_type)
     try:
         return check_payload(payload, stage.payload if stage else None,
                              max_bytes=runtime.settings.max_payload_bytes,

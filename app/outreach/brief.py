@@ -21,8 +21,13 @@ from app.outreach.web import Response, client_for
 BRIEF = "brief"
 
 
+def brief_key(campaign_id) -> str:
+    """One open brief per campaign (also for the briefs people enqueue: the stage's dedupe)."""
+    return f"brief:{campaign_id}"
+
+
 def brief_job(campaign_id) -> NewJob:
-    return NewJob(type=BRIEF, lane=campaign_id, dedupe_key=f"brief:{campaign_id}")
+    return NewJob(type=BRIEF, lane=campaign_id, dedupe_key=brief_key(campaign_id))
 
 
 async def _keep(conn, campaign_id, url: str, resp: Response | None, *, title="", description="",

@@ -35,6 +35,11 @@ MAX_LINKS_PER_PAGE = 200
 MAX_HREFS_EXAMINED = 5 * MAX_LINKS_PER_PAGE
 
 
+def extract_key(page_id) -> str:
+    """One open extract per page (also for the extracts people enqueue: the stage's dedupe)."""
+    return f"extract:{page_id}"
+
+
 def crawl_job(campaign_id: uuid.UUID, page: Any) -> NewJob:
     return NewJob(type=CRAWL, lane=campaign_id,
                   payload={"page_id": str(page["id"]), "url": page["url"], "depth": page["depth"]},
@@ -118,7 +123,7 @@ async def store_response(ctx: Context, campaign_id: uuid.UUID, page, resp: Respo
         await _record(conn, campaign_id, target_id, "fetched", resp, title=parsed.title or None, body=body)
         await q.enqueue(conn, NewJob(type=EXTRACT, lane=campaign_id,
                                      payload={"page_id": str(target_id)},
-                                     dedupe_key=f"extract:{target_id}"))
+                                     dedupe_key=extract_key(target_id)))
         if resp.is_html and depth < outreach_settings().crawl_max_depth:
             queued = await discover(conn, campaign_id, same_site_links(parsed, final), depth + 1)
             if queued:

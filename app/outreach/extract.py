@@ -28,6 +28,13 @@ from app.outreach.scope import campaign_of, not_in_campaign, payload_id
 from app.outreach.settings import outreach_settings
 
 DRAFT = "draft"
+
+
+def draft_key(contact_id) -> str:
+    """One open draft per contact (also for the drafts people enqueue: the stage's dedupe)."""
+    return f"draft:{contact_id}"
+
+
 MAX_CONTACTS_PER_PAGE = 50   # the first ones in page order; the rest of the page's are not kept
 MAX_LOCAL_PART = 64          # RFC 5321 4.5.3.1: longer parts or domains are no addresses
 MAX_DOMAIN = 255
@@ -201,7 +208,7 @@ async def extract(jobs: list[Job], ctx: Context) -> dict[uuid.UUID, BaseExceptio
             if new:
                 await q.enqueue_many(conn, [
                     NewJob(type=DRAFT, lane=r["campaign_id"], payload={"contact_id": str(r["id"])},
-                           dedupe_key=f"draft:{r['id']}") for r in new])
+                           dedupe_key=draft_key(r["id"])) for r in new])
         ctx.count("contacts_found", len(new))
     ctx.count("pages_read", len(pages))
     return problems

@@ -56,6 +56,11 @@ Ended = tuple[Stage, BatchEndings]       # what a batch of one stage came to
 # webhook waits at most this long behind a backlog).
 INTERNAL_RECHECK_SECONDS = 1.0
 
+# Earlier stages win, but a user stage passed over this long while stages ahead of it
+# had work gets the next claim: without it, a tenant's flood of an early stage's jobs
+# held every later stage (every tenant's) back for as long as the flood lasted.
+STAGE_TURN_SECONDS = 2.0
+
 
 class Pipeline:
     """One invocation's worth of work over an ordered list of stages.
@@ -78,6 +83,7 @@ class Pipeline:
         self._budget_deadline = 0.0
         self._timeouts: set[asyncio.Timeout] = set()
         self._quiet_until: dict[str, float] = {}
+        self._claimed_at: dict[str, float] = {}  # a user stage's last claim (STAGE_TURN_SECONDS)
         # one batch's handlers at a time, however many claim streams (a stage's
         # concurrency is the run's, not a stream's)
         self._handlers = asyncio.Lock()
@@ -141,6 +147,7 @@ class Pipeline:
 
     async def _loop(self, ctx: Context, hard_deadline: float, idle: IdleWait | None) -> str:
         self._quiet_until.clear()
+        self._claimed_at = dict.fromkeys((s.type for s in self.stages), time.monotonic())
         # One connection for all the run's claims and endings, acquired once: a pool
         # acquire and reset around every statement cost a round trip each.
         async with self.pool.acquire() as conn:
@@ -291,8 +298,11 @@ class Pipeline:
 
     def _may_prefetch(self, stage: Stage) -> bool:
         """Claim stage's next batch while this one runs? Only when every stage ahead of it
-        is an internal one found empty a moment ago: earlier stages win every batch."""
+        is an internal one found empty a moment ago (earlier stages win every batch), and
+        no stage after it is due its turn."""
         now = time.monotonic()
+        if self._due_a_turn(after=stage) is not None:
+            return False
         for ahead in self.stages:
             if ahead is stage:
                 return not self._stopping and now < self._budget_deadline
@@ -325,6 +335,12 @@ class Pipeline:
             if written is not None:
                 await self._settle(conn, written, ctx)
             return (only, claimed) if claimed else None
+        due = self._due_a_turn()
+        if due is not None:
+            claimed = (await self._settle(conn, written, ctx, claim=due)).claimed
+            written = None
+            if claimed:
+                return due, claimed
         for recheck in (False, True):
             skipped = False
             for stage in self.stages:
@@ -342,6 +358,18 @@ class Pipeline:
             self._quiet_until.clear()
         if written is not None:
             await self._settle(conn, written, ctx)
+        return None
+
+    def _due_a_turn(self, after: Stage | None = None) -> Stage | None:
+        """The first user stage (after `after`, when given) not claimed for
+        STAGE_TURN_SECONDS."""
+        since = time.monotonic() - STAGE_TURN_SECONDS
+        passed = after is None
+        for stage in self.stages:
+            if not passed:
+                passed = stage is after
+            elif stage.type not in self._rarely_busy and self._claimed_at.get(stage.type, since) < since:
+                return stage
         return None
 
     async def _run_batch(self, stage: Stage, jobs: list[Job], ctx: Context,
@@ -424,6 +452,8 @@ class Pipeline:
                       claim: Stage | None = None) -> Settled:
         """Write a batch's endings (if any) and count them; claim `claim`'s next batch in
         the same round trip when given."""
+        if claim is not None:
+            self._claimed_at[claim.type] = time.monotonic()
         if written is None:
             if claim is None:
                 return Settled()

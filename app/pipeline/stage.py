@@ -16,6 +16,16 @@ JobHandler = Callable[[Job, "Context"], Awaitable[Any]]
 BatchHandler = Callable[[list[Job], "Context"], Awaitable["dict[uuid.UUID, BaseException] | None"]]
 GaveUpHook = Callable[[Job, "Context"], Awaitable[None]]
 CancelledHook = Callable[[Job, "Context"], Awaitable[None]]
+# (lane, payload as stored) -> the job's dedupe key
+DedupeKey = Callable[[uuid.UUID, dict[str, Any]], str]
+
+
+class DedupeKeyFixed(ValueError):
+    """A caller named a dedupe key for a stage that says what its jobs' key is."""
+    def __init__(self, stage: str, key: str) -> None:
+        self.key = key
+        super().__init__(f"jobs of type {stage!r} are deduplicated by what they work on: their dedupe "
+                         f"key is {key!r}; send that key or none")
 
 
 def _seconds(value: float | timedelta) -> float:
@@ -38,6 +48,11 @@ class Stage:
                     one) rolls its ending back.
     payload:        a pydantic model of what the stage's jobs carry; where people enqueue
                     (the API, the CLI) a payload that does not fit is refused (422).
+    dedupe:         (lane, payload) -> the dedupe key of the stage's jobs that people
+                    enqueue (the API, the CLI): one open job per key and lane, whatever
+                    the caller sends, so the same work cannot be queued a thousand times
+                    (a stage early in the order would hold every later stage's claims
+                    back while the copies drain). Use the key the stage's own enqueues use.
     """
     type: str
     handler: JobHandler | None = None
@@ -51,6 +66,7 @@ class Stage:
     cancelled: CancelledHook | None = None
     internal: bool = False  # housekeeping: counted in the summary, not in jobs_done/failed
     payload: type[BaseModel] | None = None
+    dedupe: DedupeKey | None = None
 
     def __post_init__(self) -> None:
         if not self.type or not isinstance(self.type, str):
@@ -70,6 +86,16 @@ class Stage:
     @property
     def lease_terms(self) -> Lease:
         return Lease(self.type, self.lease, self.max_attempts)
+
+    def people_dedupe_key(self, lane: uuid.UUID, payload: dict[str, Any], given: str | None) -> str | None:
+        """The dedupe key of a job people enqueue: the stage's own when it has one (a
+        different key given is DedupeKeyFixed), else the one given."""
+        if self.dedupe is None:
+            return given
+        key = self.dedupe(lane, payload)
+        if given is not None and given != key:
+            raise DedupeKeyFixed(self.type, key)
+        return key
 
 
 def _when(until: datetime | timedelta | float | None) -> datetime:
