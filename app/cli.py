@@ -26,7 +26,7 @@ import asyncpg
 
 from app import cli_accounts, cli_jobs, cli_status
 from app.cli_context import BAD_INPUT, FAILURE, Cli
-from app.cli_output import OutputClosed, answer
+from app.cli_output import OutputClosed, answer, printable
 from app.devdb import DataDirUnusable, LocalPostgresError
 from app.engine import jobs as q
 from app.engine.db import connect
@@ -205,7 +205,7 @@ async def _main(args, settings: Settings, plugins: list[Plugin]) -> int:
         result = await _run_once(args, settings, plugins)
         answer(json.dumps(result, indent=2))
         if result["stopReason"] == "error":  # recorded, and said in one line on stderr
-            print(f"error: run {result['id']} stopped on an error: {result['error']}", file=sys.stderr)
+            print(f"error: run {result['id']} stopped on an error: {printable(result['error'])}", file=sys.stderr)
             return 1
         return 0
     return 0
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = get_settings()
         plugins = load_plugins(settings.pipeline_plugins)
     except (SettingsError, StageConfigError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(str(exc))}", file=sys.stderr)
         if not _asks_for_help(sys.argv[1:] if argv is None else argv):
             return BAD_INPUT
         # help is what one reads to fix a setting: given, without the plug-ins' commands
@@ -232,16 +232,16 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit stays quiet
         return OUTPUT_CLOSED
     except CommandError as exc:  # bad input (2), or a thing that could not be done (1)
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except (SettingsError, StageConfigError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(str(exc))}", file=sys.stderr)
         return BAD_INPUT
     except (DatabaseUnavailable, LocalPostgresError, *DATABASE_ERRORS) as exc:
         if isinstance(exc, asyncpg.UndefinedTableError) or isinstance(exc.__cause__, asyncpg.UndefinedTableError):
             print("error: the database has no Skiplock tables yet: run `skiplock migrate` first", file=sys.stderr)
         else:
-            print(f"error: database unreachable or failing: {exc.__cause__ or exc}", file=sys.stderr)
+            print(f"error: database unreachable or failing: {printable(str(exc.__cause__ or exc))}", file=sys.stderr)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
     return FAILURE

@@ -36,8 +36,30 @@ def cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)
+        return json.dumps(value, separators=(",", ":"))  # ASCII: every control character escaped
+    return printable(str(value))
+
+
+def printable(text: str, keep: str = "") -> str:
+    """`text` safe to put on an operator's terminal. Tenants write much of what is shown
+    (dedupe keys, errors from their pages and handlers, what a crawl found), and a raw ESC
+    retitles the window, clears the screen or hides text; a CR or line break forges a row;
+    U+202E turns the rest of the line around. So every character Python does not call
+    printable (controls, format characters such as the bidi overrides, line and paragraph
+    separators, NUL) is shown as its escape (\\x1b, \\r, \\u202e), except those in `keep`."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else _escaped(c) for c in text)
+
+
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(c: str) -> str:
+    if c in _SHORT:
+        return _SHORT[c]
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
 
 
 def ago(iso: str | None) -> str | None:

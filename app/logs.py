@@ -21,6 +21,8 @@ import time
 from datetime import datetime, timezone
 from typing import IO
 
+from app.cli_output import printable
+
 _RESERVED = ("ts", "level", "logger")
 
 
@@ -110,7 +112,7 @@ class ProgressLine(logging.Handler):
                 text = f"{record.levelname.lower()} {record.name}: {_redacted(record.getMessage())}"
                 if record.exc_info:
                     text += "\n" + logging.Formatter().formatException(record.exc_info)
-                self._write(text + "\n", live=False)
+                self._write(printable(text, keep="\n") + "\n", live=False)  # a terminal: no raw escapes
         except Exception:  # a broken terminal must not break the run
             self.handleError(record)
 
@@ -139,7 +141,7 @@ class ProgressLine(logging.Handler):
 def _run_line(event: dict) -> str:
     line = (f"run {str(event.get('runId'))[:8]} ({event.get('trigger')}) stopped: {event.get('stopReason')}"
             f" | {event.get('jobsDone')} done, {event.get('jobsFailed')} failed, {event.get('jobsDeferred')} deferred")
-    return line + (f" | error: {event['error']}" if event.get("error") else "")
+    return line + (f" | error: {printable(str(event['error']))}" if event.get("error") else "")
 
 
 def configure_cli_logging(level: str = "INFO", stream: IO[str] | None = None,

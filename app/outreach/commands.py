@@ -16,6 +16,7 @@ import argparse
 import json
 import uuid
 
+from app.cli_output import printable
 from app.engine import accounts
 from app.engine.db import connect
 from app.engine.tenancy import Actor, act_as
@@ -146,6 +147,7 @@ async def campaign_set_status(args, settings, dsn: str) -> str:
 
 
 def _table(rows: list[list[str]]) -> str:
+    rows = [[printable(cell) for cell in r] for r in rows]  # URLs, contacts and pages come from crawled sites
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows)
 
@@ -167,7 +169,7 @@ async def contacts(args, settings, dsn: str) -> str:
     finally:
         await conn.close()
     owner = campaign["owner"] or "no owner"
-    head = [f"{campaign['url']}  ({campaign['plan']} plan, {owner}, {campaign['status']})",
+    head = [printable(f"{campaign['url']}  ({campaign['plan']} plan, {owner}, {campaign['status']})"),
             f"{len(found)} contacts, {campaign['drafts']} drafts; "
             f"pages: {campaign['pages_fetched']} fetched, {campaign['pages_queued']} queued"]
     if not found:
@@ -179,5 +181,6 @@ async def contacts(args, settings, dsn: str) -> str:
     if args.drafts:
         for c in found:
             if c["draft"]:
-                out += ["", f"--- {c['value']} ({c['draft_model']})", c["draft"]]
+                # a draft is written from the crawled site's own words: its lines stay, its escapes do not
+                out += ["", printable(f"--- {c['value']} ({c['draft_model']})"), printable(c["draft"], keep="\n")]
     return "\n".join(out)

@@ -133,3 +133,28 @@ def test_a_command_starts_and_stops_the_embedded_server(tmp_path):
     assert "starting the embedded PostgreSQL" in result.stderr
     assert "stopped the embedded PostgreSQL" in result.stderr
     assert LocalPostgres(data).running_port() is None  # nothing left running
+
+
+HOSTILE = "k\x1b]0;pwned\x07\x1b[2J\rlevel=ERROR forged\n\u202eexe.txt\x00"  # NUL only where it can be stored
+
+
+async def test_tenant_strings_reach_the_terminal_escaped(pool, cli):
+    """What tenants write (a dedupe key, an error from their handler or page, a run's error)
+    is shown by the human commands with every control and bidi character escaped: no ESC
+    that retitles the window or clears the screen, no CR or line break that forges a row,
+    no U+202E. --json keeps the exact value (JSON escapes it)."""
+    text = HOSTILE.replace("\x00", "")
+    [job] = await _failed(pool, 1)
+    await pool.execute("UPDATE jobs SET dedupe_key = $2, last_error = $2 WHERE id = $1", job, text)
+    run_id = await factories.run(pool, "cron")
+    await pool.execute("UPDATE runs SET finished_at = now(), stop_reason = 'error', error = $2 WHERE id = $1",
+                       run_id, text)
+    outputs = [await cli("jobs", "ls", "--status", "failed"), await cli("jobs", "show", str(job)),
+               await cli("runs", "ls"), await cli("runs", "show", str(run_id)), await cli("status")]
+    for out in outputs:
+        assert out.returncode == 0, out.stderr
+        assert not {"\x1b", "\x07", "\r", "\u202e"} & set(out.stdout), out.stdout
+    shown = outputs[1].stdout
+    assert "dedupeKey:  k\\x1b]0;pwned\\x07\\x1b[2J\\rlevel=ERROR forged\\n\\u202eexe.txt" in shown
+    assert not [line for line in shown.splitlines() if line.startswith("level=") or line.startswith("\u202e")]
+    assert ok_json(await cli("jobs", "show", str(job), "--json"))["dedupeKey"] == text

@@ -85,3 +85,30 @@ async def test_contacts_prints_a_table(dsn, pool):
     assert {r[-1] for r in rows} == {"written"}
     assert ["email", "press@northwind.test", "/press.html", "written"] in rows
     assert "--- press@northwind.test (template)" in out.stdout and "Hi there," in out.stdout
+
+
+def _hostile_site():
+    """A tenant's site whose title and description carry terminal escapes and a bidi override."""
+    from starlette.applications import Starlette
+    from starlette.responses import HTMLResponse, PlainTextResponse
+    from starlette.routing import Route
+
+    home = ("<html><head><title>Evil\x1b]0;pwned\x07\x1b[2J Shop</title>"
+            "<meta name=\"description\" content=\"We sell\x1b[8m hidden\u202eoof\">"
+            "</head><body><a href=\"mailto:alice@evil.test\">alice</a></body></html>")
+    return Starlette(routes=[Route("/", lambda r: HTMLResponse(home)),
+                             Route("/robots.txt", lambda r: PlainTextResponse("", status_code=404))])
+
+
+async def test_contacts_shows_a_hostile_sites_words_escaped(dsn, pool):
+    """A draft is written from the crawled page's title and description: `contacts --drafts`
+    prints its lines, but never the site's raw ESC (which would retitle the operator's
+    window and clear the screen) or U+202E."""
+    with reachable(ServerThread(_hostile_site())) as server:
+        cid = await seed_demo(pool, server.url + "/")
+        await run(pool)
+    out = cli("contacts", str(cid), "--drafts", dsn=dsn)
+    assert out.returncode == 0, out.stderr
+    assert "alice@evil.test" in out.stdout and "Hi alice," in out.stdout  # the draft's lines stay lines
+    assert not {"\x1b", "\x07", "\u202e"} & set(out.stdout), out.stdout
+    assert "Evil\\x1b]0;pwned\\x07\\x1b[2J Shop" in out.stdout and "hidden\\u202eoof" in out.stdout
