@@ -15,6 +15,7 @@ from app.api import create_app
 from app.engine import jobs as q
 from app.pipeline.loop import Pipeline
 from app.pipeline.maintenance import sweep_stuck
+from app.pipeline.outcomes import error_text
 from app.pipeline.stage import Context, Tally
 from app.settings import load_settings
 from tests import factories as f
@@ -193,3 +194,22 @@ async def test_a_raising_cancelled_hook_rolls_back_the_whole_batch_cancel(pool, 
     assert (await client.post(f"/batches/{batch_id}/cancel")).status_code == 200
     assert {await job_state(pool, created[t]) for t in ("a", "b")} == {("failed", 1)}
 
+
+
+async def test_an_error_holding_nul_or_a_lone_surrogate_still_fails_the_job(pool):
+    """A handler's message often quotes an upstream answer. One NUL or lone surrogate in it
+    made the failure unwritable: the job stayed `running` with no error, uncounted by the
+    run, until its lease ran out (and again on every attempt). It fails, with the text
+    PostgreSQL can store."""
+    async def quoting(job, ctx) -> None:
+        raise RuntimeError(f"upstream said: ok\x00then \udcff{job.payload['i']}")
+
+    stage = Stage(type="quoting", handler=quoting, lease=60, timeout=10, max_attempts=1)
+    [job_id] = await f.jobs(pool, "quoting", 1)
+    result = await Pipeline(pool, [stage], settings()).run("cron")
+    row = await f.job_row(pool, job_id)
+    assert (row["status"], row["last_error"]) == ("failed", "RuntimeError: upstream said: okthen \ufffd0")
+    assert result.summary["stages"]["quoting"]["failed"] == 1 and "errors" not in result.summary
+
+    # a run that stops on an error writes it through the same function
+    assert error_text(RuntimeError("the run broke on \x00 this")) == "RuntimeError: the run broke on  this"

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import re
 import ssl
 import time
 import uuid
@@ -45,6 +44,7 @@ import httpx
 from protego import Protego
 
 from app.egress import EgressRefused, Resolver, default_port, guarded_client, literal_refusal, parse_allow_list
+from app.pipeline.outcomes import storable
 from app.pipeline.stage import DeferJob
 from app.retry_after import retry_after
 from app.whole_numbers import whole_number
@@ -66,7 +66,6 @@ TEXT_CHARSETS = frozenset(codecs.lookup(name).name for name in (
     *(f"windows-{n}" for n in range(1250, 1259)), "koi8-r", "koi8-u", "mac-roman",
     "shift_jis", "cp932", "euc-jp", "euc_jis_2004", "iso-2022-jp", "euc-kr", "cp949", "iso-2022-kr",
     "gb2312", "gbk", "gb18030", "big5", "big5-hkscs", "cp950"))
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class FetchError(Exception):
@@ -313,16 +312,6 @@ async def _decode(body: bytes, charset: str | None) -> str:
         await asyncio.sleep(0)
     parts.append(decoder.decode(b"", final=True))
     return storable("".join(parts))
-
-
-def storable(text: str) -> str:
-    """`text` without NUL and with U+FFFD for each lone surrogate: PostgreSQL text holds neither."""
-    text = text.replace("\x00", "")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = _SURROGATE.sub("\ufffd", text)
-    return text
 
 
 def _parse_robots(text: str, *, deadline: float) -> Protego:

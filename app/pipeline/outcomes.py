@@ -10,6 +10,7 @@ gives up is announced (the `job.failed` notification) from that same transaction
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -36,12 +37,28 @@ class HookFailed(Exception):
 
 
 def error_text(exc: BaseException) -> str:
-    """A failed attempt's last_error."""
+    """A failed attempt's last_error (and a failed run's error): always text PostgreSQL
+    stores. A handler's message often quotes what came from elsewhere (an upstream answer,
+    a tenant's page), and one NUL or lone surrogate in it made the write fail: the job stayed
+    `running`, uncounted, until its lease ran out, and again on every attempt."""
     if isinstance(exc, TimeoutError):
-        return str(exc) or "TimeoutError"
+        return storable(str(exc)) or "TimeoutError"
     if isinstance(exc, FailJob):
-        return str(exc)[:4000]  # written for the queue's user: no class name
-    return f"{type(exc).__name__}: {exc}"[:4000]
+        return storable(str(exc)[:4000])  # written for the queue's user: no class name
+    return storable(f"{type(exc).__name__}: {exc}"[:4000])
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """`text` without NUL and with U+FFFD for each lone surrogate: PostgreSQL text holds neither."""
+    text = text.replace("\x00", "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = _SURROGATE.sub("\ufffd", text)
+    return text
 
 
 class BatchEndings:
