@@ -113,6 +113,10 @@ async def _enqueue(args, settings: Settings, plugins: list[Plugin], dsn: str) ->
     stages = {s.type: s for s in configured_stages(settings, plugins)}
     if args.type not in stages:
         raise CommandError(f"unknown job type {args.type!r}; the stages are: {', '.join(stages) or 'none'}")
+    if args.dedupe_key is not None and not 0 < len(args.dedupe_key) <= q.MAX_DEDUPE_KEY_CHARS:
+        # as POST /jobs: a longer key is refused by the index as a database error, not as input
+        raise CommandError(f"--dedupe-key must be 1 to {q.MAX_DEDUPE_KEY_CHARS} characters "
+                       f"(got {len(args.dedupe_key)})")
     if not 0 <= args.delay <= MAX_DELAY_SECONDS:  # NaN fails both
         raise CommandError(f"--in must be zero or more seconds, at most {MAX_DELAY_SECONDS} (ten years)")
     try:

@@ -20,7 +20,7 @@ from app.api.pagination import ListQuery, Param, enum_param, uuid_param
 from app.api.payloads import accepted_payload, stage_of
 from app.api.params import only_params
 from app.engine import job_admin
-from app.engine.jobs import DEFAULT_LANE, NewJob, enqueue
+from app.engine.jobs import DEFAULT_LANE, MAX_DEDUPE_KEY_CHARS, NewJob, enqueue
 from app.json_values import iso
 from app.pipeline import outcomes
 from app.pipeline.stage import DedupeKeyFixed
@@ -88,7 +88,7 @@ class JobIn(BaseModel):
         description="a JSON object: what the stage declares for its type, "
                     "at most MAX_PAYLOAD_BYTES of JSON, no NUL character anywhere")
     dedupe_key: str | None = Field(
-        None, min_length=1, max_length=200,
+        None, min_length=1, max_length=MAX_DEDUPE_KEY_CHARS,
         description="while a job with this key is pending or running in the lane, enqueueing another is "
                     "a no-op that answers 200 with that job. A stage may name its jobs' key from their "
                     "payload (the example's extract, draft, brief): then any other key is 422 "

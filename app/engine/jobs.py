@@ -13,6 +13,7 @@ from app.engine.queries import query
 
 # The lane of work nobody owns (maintenance, notifications, a job enqueued without one).
 DEFAULT_LANE = uuid.UUID(int=0)
+MAX_DEDUPE_KEY_CHARS = 200  # POST /jobs and `skiplock enqueue` alike; the index holds any key this long
 
 
 @dataclass

@@ -169,7 +169,6 @@ async def test_the_next_page_command_continues_the_same_listing(pool, cli):
     assert [(r[0], r[1]) for r in rows] == [(str(i), "-x") for i in reversed(odd)]
 
 
-
 @pytest.mark.parametrize("args", [["run-once"], ["jobs", "ls"], ["runs", "ls"], ["status"], ["enqueue", "echo"]])
 async def test_an_unmigrated_database_says_to_migrate(new_database, args):
     """Not 'unreachable': the database answered, it only has no tables yet."""
@@ -187,3 +186,13 @@ def test_help_is_given_with_a_bad_setting():
     refused = skiplock("jobs", "ls", dsn=None, env=env)
     assert (refused.returncode, refused.stdout) == (2, "")
     assert refused.stderr.startswith("error: bad setting DB_POOL_SIZE") and refused.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("key, needle", [("k" * 201, "(got 201)"), ("", "(got 0)"),
+                                         (os.urandom(10_000).hex(), "1 to 200 characters")])
+async def test_enqueue_takes_the_dedupe_keys_post_jobs_takes(pool, cli, key, needle):
+    """A key longer than POST /jobs takes was sent to the index, which refused the random one
+    as 'database unreachable or failing: index row requires … bytes' (exit 1)."""
+    one_line(await cli("enqueue", "echo", f"--dedupe-key={key}"), 2, needle)
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
+    assert ok_json(await cli("enqueue", "echo", "--dedupe-key", "k" * 200))["deduplicated"] is False
