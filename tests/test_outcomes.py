@@ -213,3 +213,21 @@ async def test_an_error_holding_nul_or_a_lone_surrogate_still_fails_the_job(pool
 
     # a run that stops on an error writes it through the same function
     assert error_text(RuntimeError("the run broke on \x00 this")) == "RuntimeError: the run broke on  this"
+
+
+async def test_a_hook_error_holding_nul_does_not_cost_the_run_its_row(pool):
+    """A raising hook's error goes into runs.summary (jsonb). With a NUL in it the run's
+    row could not be written: run() raised, the row stayed open until a later run closed it
+    as abandoned, and its counts were lost."""
+    hooked = Hooked()  # its handler always fails
+
+    async def quoting_hook(job, ctx) -> None:
+        raise RuntimeError("refund service said: a\x00b")
+
+    stage = Stage(type="t", handler=hooked.handle, lease=60, timeout=10, max_attempts=1, gave_up=quoting_hook)
+    [job_id] = await f.jobs(pool, "t", 1)
+    result = await Pipeline(pool, [stage], settings()).run("cron")
+    run = await pool.fetchrow("SELECT stop_reason, finished_at, summary FROM runs WHERE id = $1", result.run_id)
+    assert run["stop_reason"] == "no_work" and run["finished_at"] is not None
+    assert any("refund service said: ab" in e for e in run["summary"]["errors"])
+    assert await job_state(pool, job_id) == ("running", None)  # the hook failed: held until the sweep

@@ -37,7 +37,7 @@ async def sweep_stuck(pool, stages: list[Stage], ctx: Context) -> int:
                 swept += 1
                 ctx.tally.gave_up += 1
             except Exception as exc:
-                ctx.tally.errors.append(f"gave_up({stage.type} {job_id}): {type(exc).__name__}: {exc}")
+                ctx.tally.errors.append(f"gave_up({stage.type} {job_id}): {outcomes.error_text(exc)}")
                 log.warning("giving up stuck %s job %s failed: %s", stage.type, job_id, exc)
     if swept:
         ctx.count("swept", swept)

@@ -119,7 +119,7 @@ async def settle(db, stage: Stage, endings: BatchEndings, ctx: Context, *,
         try:
             gave_up = await fail(db, stage, job, error, ctx, for_good=for_good)
         except Exception as exc:
-            ctx.tally.errors.append(f"fail({stage.type} {job.id}): {type(exc).__name__}: {exc}")
+            ctx.tally.errors.append(f"fail({stage.type} {job.id}): {error_text(exc)}")  # jsonb-storable
             continue
         if gave_up is None:
             out.lost += 1
