@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, AsyncIterator
 
 from app.cli_accounts import CLI_ACTOR
-from app.cli_output import Column, ago, fields, render, span, table
+from app.cli_output import Column, ago, fields, printable, render, span, table
 from app.engine import batches, job_admin
 from app.engine import runs as run_log
 from app.engine.db import connect
@@ -188,7 +188,7 @@ def _check_type(cli, type_: str | None) -> None:
 
 def _job_line(job: dict[str, Any]) -> dict[str, Any]:
     return {**job, "created": ago(job["createdAt"]),
-            "lastError": (job["lastError"] or "")[:60] or None}
+            "lastError": printable(job["lastError"] or "")[:60] or None}  # escaped, then cut: 60 wide
 
 
 def _page_text(page: dict[str, Any], columns: list[Column], shape, command: str) -> str:
