@@ -1,10 +1,11 @@
 """A real HTTP server on 127.0.0.1 for tests: records what it receives and answers
 from a script of statuses (the last one repeats), with an empty body, or one that never
-ends (`endless_body`: a hostile receiver)."""
+ends (`endless_body`: a hostile receiver); `delay`: seconds it takes to answer (a slow one)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -21,6 +22,7 @@ class Receiver:
     statuses: list[int] = field(default_factory=lambda: [200])
     extra_headers: dict[str, str] = field(default_factory=dict)
     endless_body: bool = False
+    delay: float = 0.0
     received: list[Received] = field(default_factory=list)
 
     def __enter__(self) -> "Receiver":
@@ -30,6 +32,7 @@ class Receiver:
             def do_POST(self):  # noqa: N802 - the stdlib's name
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 owner.received.append(Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                time.sleep(owner.delay)
                 status = owner.statuses[min(len(owner.received), len(owner.statuses)) - 1]
                 self.send_response(status)
                 for k, v in owner.extra_headers.items():

@@ -6,10 +6,14 @@ import asyncio
 import hashlib
 import hmac
 import json
+import uuid
 from urllib.parse import urlsplit
 
 from app.engine import batches as b
+from app.engine import jobs as q
 from app.engine.batches import BatchRequest
+from app.engine.jobs import Job
+from app.pipeline import notifications
 from app.pipeline.loop import Pipeline
 from app.pipeline.maintenance import RECURRING, schedule_due
 from app.pipeline.stage import Stage
@@ -159,3 +163,40 @@ async def test_a_receiver_whose_answer_never_ends_is_not_read(pool):
     assert len(hook.received) == 1
     row = await pool.fetchrow("SELECT status, last_error FROM jobs WHERE type = 'notify'")
     assert row["status"] == "done", row["last_error"]
+
+
+async def _failures_told(pool, s, lane, n: int) -> None:
+    """n notifications of jobs of `lane` that failed for good, as the pipeline enqueues them."""
+    for _ in range(n):
+        job = Job(id=uuid.uuid4(), type="t", payload={}, attempts=1, lane=lane, run_id=None)
+        await notifications.job_gave_up(pool, s, job, "boom")
+
+
+async def test_a_flood_of_slow_deliveries_leaves_the_run_time_for_other_work(pool):
+    """The notify stage comes before every user stage; busy, it rests as long as each batch
+    took (a tenant can make many failures, and its receiver can take 10 s to answer)."""
+    async def quick(job, ctx):
+        pass
+
+    with Receiver(delay=0.5) as hook:
+        s = settings(hook, webhook_url=hook.url, webhook_secret=SECRET)
+        await _failures_told(pool, s, q.DEFAULT_LANE, 40)
+        await f.jobs(pool, "t", 200)
+        result = await Pipeline(pool, [Stage(type="t", handler=quick, batch=25)], s).run("cron", budget=4)
+    assert result.summary["stages"]["t"]["done"] == 200      # 8 quick batches fit between deliveries
+    assert len(hook.received) >= 10                          # and deliveries went on beside them
+
+
+async def test_one_tenants_slow_receiver_does_not_hold_anothers_notifications_back(pool):
+    """A notification goes in the lane it tells about: the fair claim shares deliveries."""
+    ann, bob = await f.user(pool, "free"), await f.user(pool, "free")
+    with Receiver(delay=1.0) as slow, Receiver() as fast:
+        await f.as_system(pool, "UPDATE users SET webhook_url = $2 WHERE id = $1", ann, slow.url)
+        await f.as_system(pool, "UPDATE users SET webhook_url = $2 WHERE id = $1", bob, fast.url)
+        anns, bobs = await f.campaign(pool, ann), await f.campaign(pool, bob)
+        s = settings(slow, fast, webhook_secret=SECRET)
+        await _failures_told(pool, s, anns, 30)    # first: 30 of Ann's, 6 s of deliveries
+        await _failures_told(pool, s, bobs, 1)     # then Bob's one
+        assert await pool.fetchval("SELECT count(DISTINCT lane) FROM jobs WHERE type = 'notify'") == 2
+        await Pipeline(pool, [Stage(type="t", handler=lambda j, c: None)], s).run("cron", budget=1.5)
+    assert len(fast.received) == 1 and len(slow.received) < 30

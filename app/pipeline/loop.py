@@ -53,7 +53,9 @@ Ended = tuple[Stage, BatchEndings]       # what a batch of one stage came to
 
 # The pipeline's own stages (maintenance, notify) are rarely busy: once one is found
 # empty, it is looked at again after this long rather than after every batch (a
-# webhook waits at most this long behind a backlog).
+# webhook waits at most this long behind a backlog). Busy, one rests after each batch
+# as long as the batch took, so it has at most about half of a run that has other
+# work: webhook deliveries take up to 10 s each, and tenants can make many.
 INTERNAL_RECHECK_SECONDS = 1.0
 
 # Earlier stages win, but a user stage passed over this long while stages ahead of it
@@ -376,9 +378,14 @@ class Pipeline:
                          hard_deadline: float) -> BatchEndings:
         out = BatchEndings()
         async with self._handlers:
+            started = time.monotonic()
             await self._run_handlers(stage, jobs, ctx, out, hard_deadline)
+            ended = time.monotonic()
+            if stage.type in self._rarely_busy:  # rests as long as it worked (INTERNAL_RECHECK_SECONDS)
+                self._quiet_until[stage.type] = max(self._quiet_until.get(stage.type, 0.0),
+                                                    ended + (ended - started))
             if out.stop_reason:  # the run stops claiming now, the other stream included
-                self._budget_deadline = min(self._budget_deadline, time.monotonic())
+                self._budget_deadline = min(self._budget_deadline, ended)
         return out
 
     async def _run_handlers(self, stage: Stage, jobs: list[Job], ctx: Context, out: BatchEndings,

@@ -37,14 +37,16 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
 
 async def _enqueue(db, settings, lane: uuid.UUID, event: str, key: str,
                    data: dict[str, Any]) -> uuid.UUID | None:
-    """A notification job, to the lane owner's webhook URL, else the global one."""
+    """A notification job, to the lane owner's webhook URL, else the global one. It goes
+    in the lane it tells about, so the fair claim shares deliveries between tenants: one
+    tenant's flood of failures to a slow receiver does not hold another's back."""
     if settings is None or settings.webhook_secret is None:
         return None
     url = await db.fetchval(query("owner_webhook"), lane)
     url = url or settings.webhook_url
     if not url:
         return None
-    return await enqueue(db, NewJob(type=NOTIFY_TYPE, dedupe_key=f"notify:{event}:{key}",
+    return await enqueue(db, NewJob(type=NOTIFY_TYPE, lane=lane, dedupe_key=f"notify:{event}:{key}",
                                     payload={"url": url, "event": event, "data": data}))
 
 
