@@ -89,11 +89,16 @@ logfile = {self.folder / 'pgbouncer.log'}
         command = [pgbouncer_binary(), str(ini)]
         if os.geteuid() == 0:
             command[1:1] = ["-u", SYSTEM_USER]
-        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # stderr to a file, never an unread pipe: PgBouncer logs every connection and cancel
+        # to stderr too, and once a pipe's 64 KiB are full its next write blocks the whole
+        # pooler (every client then hangs)
+        errors = self.folder / "stderr.log"
+        with errors.open("wb") as err:
+            self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"pgbouncer exited: {self.proc.stderr.read().decode()[-2000:]}")
+                raise RuntimeError(f"pgbouncer exited: {errors.read_text(errors='replace')[-2000:]}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
                 return self.port

@@ -212,3 +212,17 @@ async def test_the_worker_listens_on_the_direct_url_and_works_through_the_pooler
         await work.close()
     row = await pool.fetchrow("SELECT jobs_done, finished_at FROM runs WHERE trigger = 'worker'")
     assert row["jobs_done"] == 1 and row["finished_at"] is not None
+
+
+async def test_the_pooler_keeps_serving_after_64_kib_of_its_own_log(pool, pgbouncer, pooled_dsn):
+    """PgBouncer writes a log line to stderr too for every login, close and cancel. The
+    test helper once gave it an unread pipe there: after about 64 KiB of lines (a few
+    hundred connections) its next write blocked, and with it every client of the pooler."""
+    for _ in range(500):
+        conn = await connect(pooled_dsn, pooled=True)
+        await conn.close()
+    conn = await asyncio.wait_for(connect(pooled_dsn, pooled=True), 10)
+    try:
+        assert await asyncio.wait_for(conn.fetchval("SELECT 1"), 10) == 1
+    finally:
+        await conn.close()
