@@ -252,3 +252,36 @@ async def test_a_session_with_only_the_api_role_cannot_become_admin_or_anyone_el
                     await conn.execute("UPDATE subscriptions SET plan = 'pro'")
     finally:
         await conn.close()
+
+
+ZERO_LANE = uuid.UUID(int=0)
+
+
+async def test_a_tenant_cannot_take_a_lane_by_naming_it_as_a_campaigns_id(api_only_login, pool, tenants):
+    """A campaign's id is its lane's, and the trigger that makes a campaign's lane gives an
+    existing lane of that id to the campaign's owner. A tenant's own SQL (on the tenant
+    login) once named the all-zero lane, the operator's work with every tenant's
+    notifications, as a new campaign's id: it then read those jobs, and deleting its
+    'campaign' deleted them. The API roles may not choose or change a campaign's id."""
+    a, b = tenants
+    notify = await pool.fetchval(
+        "INSERT INTO jobs (type, payload) VALUES ('notify', $1) RETURNING id",
+        {"url": "https://hooks.bob.example/secret", "event": "job.failed", "data": {"jobId": str(b.job)}})
+    conn = await asyncpg.connect(api_only_login)
+    try:
+        for sql, args in [("INSERT INTO campaigns (id, user_id, url) VALUES ($1, $2, 'https://x.example/')",
+                           (ZERO_LANE, a.user_id)),
+                          ("UPDATE campaigns SET id = $1 WHERE id = $2", (ZERO_LANE, a.campaign))]:
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                async with conn.transaction():
+                    await enter_tenant(conn, a.actor)
+                    await conn.execute(sql, *args)
+        async with conn.transaction():  # a campaign whose id the database draws is still the tenant's to make
+            await enter_tenant(conn, a.actor)
+            await conn.execute("INSERT INTO campaigns (user_id, url) VALUES ($1, 'https://y.example/')", a.user_id)
+            assert await conn.fetchval("SELECT count(*) FROM jobs WHERE lane = $1", ZERO_LANE) == 0
+    finally:
+        await conn.close()
+    assert await pool.fetchval("SELECT owner_id FROM lanes WHERE id = $1", ZERO_LANE) is None
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE id = $1", notify) == 1
+
