@@ -285,3 +285,21 @@ async def test_a_tenant_cannot_take_a_lane_by_naming_it_as_a_campaigns_id(api_on
     assert await pool.fetchval("SELECT owner_id FROM lanes WHERE id = $1", ZERO_LANE) is None
     assert await pool.fetchval("SELECT count(*) FROM jobs WHERE id = $1", notify) == 1
 
+
+async def test_a_draft_in_another_campaign_does_not_cancel_a_jobs_refund(api_only_login, pool, tenants):
+    """'No draft delivered' is the job's own campaign's draft: Ann's SQL once wrote a draft
+    in her campaign naming Bob's draft job, and Bob's cancelled job was never refunded."""
+    a, b = tenants
+    conn = await asyncpg.connect(api_only_login)
+    try:
+        async with conn.transaction():
+            await enter_tenant(conn, a.actor)
+            contact = await conn.fetchval(
+                "INSERT INTO contacts (campaign_id, kind, value, page_url) "
+                "VALUES ($1, 'email', 'x@a.example', 'https://a/') RETURNING id", a.campaign)
+            await conn.execute("INSERT INTO drafts (campaign_id, contact_id, job_id, body, model) "
+                               "VALUES ($1, $2, $3, 'hi', 'template')", a.campaign, contact, b.job)
+    finally:
+        await conn.close()
+    async with tenant_transaction(pool, b.actor) as conn:  # Bob's pending job, charged a credit: owed back
+        assert await conn.fetchval("SELECT billing_refund_job($1)", b.job) == 1
