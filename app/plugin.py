@@ -36,9 +36,10 @@ class Gauge:
 MetricsHook = Callable[[Any, Any], Awaitable[Sequence[Gauge]]]
 
 # The plug-in's panels on /dashboard (through GET /stats): the request's tenant connection
-# (row-level security), the pool as the tables' owner (for shared numbers), the actor and
-# the settings in; tables out, {"title", "columns": [...], "rows": [[...]], "note"?} each.
-DashboardHook = Callable[[Any, Any, Any, Any], Awaitable[Sequence[dict[str, Any]]]]
+# (row-level security; grant the API roles what a shared number needs), the actor and the
+# settings in; tables out, {"title", "columns": [...], "rows": [[...]], "note"?} each. The
+# request holds its connection meanwhile: a second one from the pool could wait for ever.
+DashboardHook = Callable[[Any, Any, Any], Awaitable[Sequence[dict[str, Any]]]]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
-from app.api.deps import owner_pool_of, pool_of
+from app.api.deps import pool_of
 from app.api.errors import ApiError
 from app.api.params import only_params
 from app.engine import events as store
@@ -116,7 +116,7 @@ async def stats(request: Request) -> JSONResponse:
     panels: list[dict[str, Any]] = []
     for plugin in runtime.plugins:
         if plugin.dashboard is not None:
-            panels.extend(await plugin.dashboard(db, await owner_pool_of(request), actor, runtime.settings))
+            panels.extend(await plugin.dashboard(db, actor, runtime.settings))
     return JSONResponse({
         "at": datetime.now(timezone.utc).isoformat(), "admin": actor.is_admin,
         "account": str(actor.user_id) if actor.user_id else None, "email": actor.email,

@@ -3,8 +3,10 @@ JSON that GET /plans answers (app/outreach/plans_route.py).
 
 Both render from PLANS, the object the claim's priority comes from, so the plan table a
 person reads and the order the queue serves are one and the same. The shared quota is
-one number for everyone (read as the tables' owner); allowances are per account and read
-as the tenant (row-level security: a tenant its own, an admin everyone's)."""
+one number for everyone (the API roles may read its row); allowances are per account and
+read as the tenant (row-level security: a tenant its own, an admin everyone's). Both on
+the request's own connection: a second one from the pool, taken while the request holds
+its transaction, can wait for ever once every connection is held that way."""
 
 from __future__ import annotations
 
@@ -41,9 +43,9 @@ def plans_by_priority() -> list[Plan]:
     return sorted(PLANS.values(), key=lambda p: p.priority, reverse=True)
 
 
-async def dashboard_panels(db, owner_pool, actor, settings) -> list[dict[str, Any]]:
+async def dashboard_panels(db, actor, settings) -> list[dict[str, Any]]:
     s = outreach_settings()
-    day = await quota.today(owner_pool, daily_units=s.quota_daily_units, reserve=s.quota_reserve_units)
+    day = await quota.today(db, daily_units=s.quota_daily_units, reserve=s.quota_reserve_units)
     panels = [{
         "title": "Shared quota today",
         "note": f"UTC day {day.day.isoformat()}; scheduled runs stop at the reserve, runs a person starts may use it.",
