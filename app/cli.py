@@ -242,13 +242,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {printable(str(exc))}", file=sys.stderr)
         return BAD_INPUT
     except (DatabaseUnavailable, LocalPostgresError, *DATABASE_ERRORS) as exc:
-        if isinstance(exc, asyncpg.UndefinedTableError) or isinstance(exc.__cause__, asyncpg.UndefinedTableError):
-            print("error: the database has no Skiplock tables yet: run `skiplock migrate` first", file=sys.stderr)
-        else:
-            print(f"error: database unreachable or failing: {printable(str(exc.__cause__ or exc))}", file=sys.stderr)
+        print(f"error: {_database_failure(exc)}", file=sys.stderr)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
     return FAILURE
+
+
+# What a transaction pooler does to a client that takes it for PostgreSQL: it refuses the
+# pool's startup parameter, and named prepared statements meet another session that has
+# one of that name, or lacks the one this session prepared
+_POOLED_STATEMENTS = (asyncpg.DuplicatePreparedStatementError, asyncpg.InvalidSQLStatementNameError)
+
+
+def _database_failure(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc
+    if isinstance(cause, asyncpg.UndefinedTableError):
+        return "the database has no Skiplock tables yet: run `skiplock migrate` first"
+    if isinstance(cause, _POOLED_STATEMENTS) or "unsupported startup parameter" in str(cause):
+        return (f"DATABASE_URL behaves like a transaction pooler ({type(cause).__name__}): set "
+                "DATABASE_DIRECT_URL to PostgreSQL itself beside it (docs/deploy.md)")
+    return f"database unreachable or failing: {printable(str(cause))}"
 
 
 def _asks_for_help(argv: list[str]) -> bool:

@@ -30,7 +30,11 @@ def was_cut(exc: BaseException) -> bool:
 
 
 def connection_lost(exc: BaseException) -> bool:
-    """Whether `exc` means the connection (or the server) went away: worth a retry."""
+    """Whether `exc` means the connection (or the server) went away: worth a retry. Not a
+    protocol violation, a kind of connection error that never heals: a transaction pooler
+    refusing the pool's startup parameter, say (DATABASE_DIRECT_URL unset)."""
+    if isinstance(exc, asyncpg.ProtocolViolationError):
+        return False
     return isinstance(exc, CONNECTION_ERRORS) or was_cut(exc)
 
 

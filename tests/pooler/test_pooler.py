@@ -226,3 +226,17 @@ async def test_the_pooler_keeps_serving_after_64_kib_of_its_own_log(pool, pgboun
         assert await asyncio.wait_for(conn.fetchval("SELECT 1"), 10) == 1
     finally:
         await conn.close()
+
+
+async def test_a_pooler_without_the_direct_url_is_named_as_such(pool, pooled_dsn):
+    """DATABASE_URL at a transaction pooler and no DATABASE_DIRECT_URL: the CLI says what
+    to set, not 'database unreachable'."""
+    from tests.cli.test_cli_operator import skiplock
+    answers = [await asyncio.to_thread(skiplock, *args, dsn=pooled_dsn)
+               for args in (["run-once"], *[["jobs", "ls"]] * 6)]
+    failed = [a for a in answers if a.returncode != 0]
+    assert failed and failed[0].args[1:] == ["run-once"]  # the pool's startup parameter, every time
+    for a in failed:
+        assert a.returncode == 1 and a.stderr.startswith("error: DATABASE_URL behaves like a transaction "
+                                                         "pooler"), a.stderr
+        assert "set DATABASE_DIRECT_URL" in a.stderr and a.stderr.count("\n") == 1
