@@ -29,29 +29,38 @@ async def spend_fetch(ctx: Context, campaign_id: uuid.UUID) -> None:
     s = outreach_settings()
     plan = await allowances.campaign_plan(ctx.db, campaign_id)
     share = plan.quota_share(s.quota_daily_units)
-    async with ctx.db.acquire() as conn, conn.transaction():
-        if not await allowances.use_page(conn, campaign_id, plan.daily_pages):
-            await _all_wait(ctx, campaign_id, owner_wide=False)
-            raise DeferJob(quota.next_utc_day(),
-                           f"the {plan.label} plan's {plan.daily_pages} pages a day are used up")
-        if not await quota.spend_share(conn, campaign_id, UNITS_PER_FETCH, share=share):
-            await _all_wait(ctx, campaign_id, owner_wide=True)
-            raise DeferJob(quota.next_utc_day(),
-                           f"the owner's share of the shared quota ({share} units a day on the "
-                           f"{plan.label} plan) is used up")
-        spent = await quota.spend(conn, UNITS_PER_FETCH, ctx.trigger,
-                                  daily_units=s.quota_daily_units, reserve=s.quota_reserve_units)
-        if spent.status == quota.RESERVE:
-            raise StopRun(quota.RESERVE)  # rolls back the page too
-        if spent.status == quota.EXHAUSTED:
-            raise StopRun(quota.EXHAUSTED, quota.next_utc_day())
+    async with ctx.db.acquire() as conn:
+        try:
+            async with conn.transaction():
+                if not await allowances.use_page(conn, campaign_id, plan.daily_pages):
+                    raise _UsedUp(f"the {plan.label} plan's {plan.daily_pages} pages a day are used up",
+                                  owner_wide=False)
+                if not await quota.spend_share(conn, campaign_id, UNITS_PER_FETCH, share=share):
+                    raise _UsedUp(f"the owner's share of the shared quota ({share} units a day on the "
+                                  f"{plan.label} plan) is used up", owner_wide=True)
+                spent = await quota.spend(conn, UNITS_PER_FETCH, ctx.trigger,
+                                          daily_units=s.quota_daily_units, reserve=s.quota_reserve_units)
+                if spent.status == quota.RESERVE:
+                    raise StopRun(quota.RESERVE)  # rolls back the page too
+                if spent.status == quota.EXHAUSTED:
+                    raise StopRun(quota.EXHAUSTED, quota.next_utc_day())
+        except _UsedUp as used_up:
+            # the rest of the backlog waits too, on the same connection once the spend's
+            # transaction is rolled back (a second one from the pool while holding this
+            # one could wait for ever, and a run keeps to two)
+            await conn.execute(query("fetches_wait"), campaign_id, used_up.until, FETCH_TYPES,
+                               used_up.owner_wide)
+            raise
     ctx.add_units(UNITS_PER_FETCH)
 
 
-async def _all_wait(ctx: Context, campaign_id: uuid.UUID, *, owner_wide: bool) -> None:
-    """The campaign's (owner_wide: its owner's every campaign's) other waiting fetch jobs
-    wait for the next UTC day too, at once: deferred one claim at a time, each handed its
-    `served` back and the lane stayed first in the claim order, ahead of its plan's other
-    lanes, for as many claims as it had jobs. Its own statement (on the pool), not the
-    spend's transaction, which the deferral rolls back."""
-    await ctx.db.execute(query("fetches_wait"), campaign_id, quota.next_utc_day(), FETCH_TYPES, owner_wide)
+class _UsedUp(DeferJob):
+    """A daily allowance is used up: the job waits for the next UTC day, and so does the
+    rest of the campaign's fetch backlog (owner_wide, the owner's share of the quota: every
+    campaign of the owner's). Deferred one claim at a time, each job handed its `served`
+    back, so a flooded lane stayed first in the claim order, ahead of its plan's other
+    lanes, for as many claims as it had jobs."""
+
+    def __init__(self, reason: str, *, owner_wide: bool) -> None:
+        super().__init__(quota.next_utc_day(), reason)
+        self.owner_wide = owner_wide
