@@ -105,6 +105,11 @@ class Settings(BaseSettings):
         12, ge=0, description="calls per client per minute to /cron/pipeline (needs REDIS_URL; 0: no limit)")
     cache_seconds: float = Field(
         2.0, ge=0, description="read routes are cached in Redis this long (needs REDIS_URL; 0: no cache)")
+    tenant_requests_in_flight: int = Field(
+        4, ge=1, le=200,
+        description="one tenant (an API key's owner; admin keys aside) has at most this many requests holding "
+                    "a database connection at once in one serving process; its others wait their turn without "
+                    "one, so one tenant's slow reads cannot take every pooled connection from the others")
     max_body_bytes: int = Field(
         1_048_576, ge=1024, le=100_000_000,
         description="a request body longer than this is refused with 413 while it streams in")

@@ -10,6 +10,10 @@ the settings are local to it, the pooled connection goes back carrying nothing."
 
 from __future__ import annotations
 
+import asyncio
+import uuid
+from collections import Counter
+from contextlib import asynccontextmanager, nullcontext
 from typing import AsyncIterator
 
 from fastapi import Depends, Request
@@ -36,25 +40,64 @@ async def key_holder(request: Request) -> tuple[Actor, str]:
     return actor, KEY_SHAPE.match(key).group(1)
 
 
-async def tenant(request: Request) -> AsyncIterator[Actor]:
-    """Authenticate the key, then hold the request's tenant transaction around the route."""
-    actor, _ = await key_holder(request)
-    pool = await tenant_pool_of(request, actor)
-    async with pool.acquire() as conn:
-        tr = conn.transaction()
-        await tr.start()
+class InFlight:
+    """At most `limit` requests of each tenant hold (or wait for) a pooled connection in
+    this process; the tenant's further requests wait their turn here, holding none. The
+    pool is shared by every tenant and a request keeps its connection for as long as its
+    route runs, so without this one tenant's slow reads (a rare status over a million jobs
+    of its own, the dashboard's counts) took every connection and every other tenant's
+    request queued behind them (TENANT_REQUESTS_IN_FLIGHT)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._turns: dict[uuid.UUID, asyncio.Semaphore] = {}
+        self._users: Counter[uuid.UUID] = Counter()  # holding or waiting, to forget idle tenants
+
+    @asynccontextmanager
+    async def turn(self, owner: uuid.UUID) -> AsyncIterator[None]:
+        turns = self._turns.setdefault(owner, asyncio.Semaphore(self.limit))
+        self._users[owner] += 1
         try:
-            await enter_tenant(conn, actor)
-            request.state.actor = actor
-            request.state.db = RequestDb(conn)
-            yield actor
-        except BaseException:
-            await tr.rollback()
-            raise
-        else:
-            await tr.commit()
+            async with turns:
+                yield
         finally:
-            request.state.db = None
+            self._users[owner] -= 1
+            if self._users[owner] <= 0:
+                del self._users[owner]
+                del self._turns[owner]
+
+
+def in_flight_of(request: Request) -> InFlight:
+    state = request.app.state
+    if getattr(state, "tenant_in_flight", None) is None:
+        state.tenant_in_flight = InFlight(state.runtime.settings.tenant_requests_in_flight)
+    return state.tenant_in_flight
+
+
+async def tenant(request: Request) -> AsyncIterator[Actor]:
+    """Authenticate the key, then hold the request's tenant transaction around the route.
+    A tenant's key (not an admin's: the operator's) counts against its owner's requests
+    in flight first: past TENANT_REQUESTS_IN_FLIGHT it waits for one of them to end before
+    it asks the pool for a connection."""
+    actor, _ = await key_holder(request)
+    counted = None if actor.is_admin or actor.user_id is None else in_flight_of(request)
+    async with (counted.turn(actor.user_id) if counted is not None else nullcontext()):
+        pool = await tenant_pool_of(request, actor)
+        async with pool.acquire() as conn:
+            tr = conn.transaction()
+            await tr.start()
+            try:
+                await enter_tenant(conn, actor)
+                request.state.actor = actor
+                request.state.db = RequestDb(conn)
+                yield actor
+            except BaseException:
+                await tr.rollback()
+                raise
+            else:
+                await tr.commit()
+            finally:
+                request.state.db = None
 
 
 # For routers: every route runs inside the tenant transaction, which ends before the
