@@ -10,16 +10,14 @@ the settings are local to it, the pooled connection goes back carrying nothing."
 
 from __future__ import annotations
 
-import asyncio
-import uuid
-from collections import Counter
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import nullcontext
 from typing import AsyncIterator
 
 from fastapi import Depends, Request
 
 from app.api.bearer import bearer_token, challenge
 from app.api.deps import owner_pool_of, tenant_pool_of
+from app.api.in_flight import in_flight_of
 from app.api.errors import ApiError
 from app.engine.accounts import KEY_SHAPE, authenticate
 from app.engine.one_connection import OneConnection
@@ -38,40 +36,6 @@ async def key_holder(request: Request) -> tuple[Actor, str]:
     if actor is None:
         raise ApiError(401, "unauthorized", "unknown, revoked or malformed API key", headers=challenge("api"))
     return actor, KEY_SHAPE.match(key).group(1)
-
-
-class InFlight:
-    """At most `limit` requests of each tenant hold (or wait for) a pooled connection in
-    this process; the tenant's further requests wait their turn here, holding none. The
-    pool is shared by every tenant and a request keeps its connection for as long as its
-    route runs, so without this one tenant's slow reads (a rare status over a million jobs
-    of its own, the dashboard's counts) took every connection and every other tenant's
-    request queued behind them (TENANT_REQUESTS_IN_FLIGHT)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._turns: dict[uuid.UUID, asyncio.Semaphore] = {}
-        self._users: Counter[uuid.UUID] = Counter()  # holding or waiting, to forget idle tenants
-
-    @asynccontextmanager
-    async def turn(self, owner: uuid.UUID) -> AsyncIterator[None]:
-        turns = self._turns.setdefault(owner, asyncio.Semaphore(self.limit))
-        self._users[owner] += 1
-        try:
-            async with turns:
-                yield
-        finally:
-            self._users[owner] -= 1
-            if self._users[owner] <= 0:
-                del self._users[owner]
-                del self._turns[owner]
-
-
-def in_flight_of(request: Request) -> InFlight:
-    state = request.app.state
-    if getattr(state, "tenant_in_flight", None) is None:
-        state.tenant_in_flight = InFlight(state.runtime.settings.tenant_requests_in_flight)
-    return state.tenant_in_flight
 
 
 async def tenant(request: Request) -> AsyncIterator[Actor]:
