@@ -112,7 +112,7 @@ async def stats(request: Request) -> JSONResponse:
     batches = [{"id": str(r["id"]), "status": r["status"], "createdAt": iso(r["created_at"]),
                 "finishedAt": iso(r["finished_at"]), "jobs": r["jobs"], "done": r["done"], "failed": r["failed"],
                 "total": r["total"], "progress": r["progress"]}
-               for r in await db.fetch(query("dashboard_batches"), BATCHES_SHOWN)]
+               for r in await db.fetch(query("dashboard_batches"), BATCHES_SHOWN, own_lanes)]
     panels: list[dict[str, Any]] = []
     for plugin in runtime.plugins:
         if plugin.dashboard is not None:

@@ -6,6 +6,7 @@ for ever, and every request behind them with them."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import httpx
 import pytest
@@ -48,3 +49,35 @@ async def test_more_stats_at_once_than_the_pool_holds_all_answer(api, pool):
     rows = {tuple(quota_panel(t.result())["rows"][0]) for t in asked}
     assert rows == {(963, 37, 1000, 100)}
     assert (await api.get("/jobs?limit=1", headers=ann)).status_code == 200  # and the API goes on
+
+
+async def test_a_tenants_dashboard_reads_its_own_batches_open_first(api, pool):
+    ann_key = await f.api_key(pool, "ann@example.com", plan="pro")
+    bob_key = await f.api_key(pool, "bob@example.com", plan="pro")
+    admin_key = await f.api_key(pool, "ops@example.com", admin=True)
+    lanes = {}
+    for who, key, url in (("ann1", ann_key, "https://a1.example"), ("ann2", ann_key, "https://a2.example"),
+                          ("bob", bob_key, "https://b.example")):
+        made = await api.post("/campaigns", json={"url": url}, headers={"Authorization": f"Bearer {key}"})
+        lanes[who] = made.json()["id"]
+    await pool.execute("DELETE FROM batches")
+    # (lane, status, minutes ago): ann's open ones are older than her newest finished ones
+    made = [("ann1", "completed", 1), ("ann2", "running", 50), ("ann1", "failed", 2),
+            ("ann2", "pending", 40), ("bob", "running", 0), ("bob", "completed", 3), ("ann1", "completed", 60)]
+    ids = []
+    for who, status, ago in made:
+        ids.append(await pool.fetchval(
+            "INSERT INTO batches (lane, status, created_at) VALUES ($1, $2, now() - make_interval(mins => $3)) "
+            "RETURNING id", lanes[who], status, ago))
+    by = dict(zip(ids, made))
+
+    async def shown(key):
+        answer = await api.get("/stats", headers={"Authorization": f"Bearer {key}"})
+        assert answer.status_code == 200, answer.text
+        return [by[uuid.UUID(b["id"])] for b in answer.json()["batches"]]
+
+    anns = [m for m in made if m[0].startswith("ann")]
+    open_first = sorted(anns, key=lambda m: (m[1] not in ("pending", "running"), m[2]))
+    assert await shown(ann_key) == open_first            # her own only, open first, newest first
+    assert await shown(bob_key) == [("bob", "running", 0), ("bob", "completed", 3)]
+    assert len(await shown(admin_key)) == len(made)        # the operator sees every tenant's
