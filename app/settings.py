@@ -110,6 +110,11 @@ class Settings(BaseSettings):
         description="one tenant (an API key's owner; admin keys aside) has at most this many requests holding "
                     "a database connection at once in one serving process; its others wait their turn without "
                     "one, so one tenant's slow reads cannot take every pooled connection from the others")
+    tenant_waiting_jobs_max: int = Field(
+        100_000, ge=0,
+        description="a tenant's key may enqueue (POST /jobs) while fewer jobs than this wait in its lanes; "
+                    "past it, 429 waiting_jobs_limit until some run (0: no limit). Admin keys and the "
+                    "pipeline's own enqueues are not counted")
     max_body_bytes: int = Field(
         1_048_576, ge=1024, le=100_000_000,
         description="a request body longer than this is refused with 413 while it streams in")

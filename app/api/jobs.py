@@ -191,6 +191,8 @@ async def get_job(job_id: uuid.UUID, request: Request) -> Response:
                               "description": "an open job already had this dedupe_key: that job, created false"},
                         409: {"description": "conflict: the open job holding the dedupe_key kept finishing "
                                              "between the insert and the read; send the request again"},
+                        429: {"description": "waiting_jobs_limit: TENANT_WAITING_JOBS_MAX jobs already "
+                                             "wait in this account's lanes"},
                         422: {"description": "unknown_job_type (the message names the known types), "
                                              "unknown_lane, dedupe_key_fixed (the stage names its jobs' "
                                              "dedupe key: send that one or none), or a malformed body"}})
@@ -210,6 +212,7 @@ async def create_job(body: JobIn, request: Request) -> JSONResponse:
         # An admin's job makes its lane, ownerless, as a plain INSERT does; a tenant's
         # job without a lane is ownerless work, which row-level security refuses (403).
         raise ApiError(422, "unknown_lane", f"no lane {lane}", {"lane": str(lane)})
+    await _room_to_wait(request, pool)
     payload = accepted_payload(request, body.type, body.payload, ("body", "payload"))
     stage = stage_of(request, body.type)
     try:
@@ -234,6 +237,19 @@ async def create_job(body: JobIn, request: Request) -> JSONResponse:
             return JSONResponse({"created": False, "job": job_json(row)}, status_code=200,
                                 headers={"Location": f"/jobs/{row['id']}"})
     raise ApiError(409, "conflict", "the dedupe key kept changing hands; send the request again")
+
+
+async def _room_to_wait(request: Request, db) -> None:
+    """A tenant's key enqueues while fewer than TENANT_WAITING_JOBS_MAX jobs wait in its
+    lanes: one tenant's flood would grow the tables every tenant's claims and lists read.
+    Checked before the insert, so requests at once may pass it by a few."""
+    most = request.app.state.runtime.settings.tenant_waiting_jobs_max
+    if most and not request.state.actor.is_admin:
+        waiting = await job_admin.waiting_in_own_lanes(db)
+        if waiting >= most:
+            raise ApiError(429, "waiting_jobs_limit",
+                           f"{waiting} jobs of this account are waiting, and {most} may; enqueue more as "
+                           "they run", {"waiting": waiting, "limit": most})
 
 
 async def _current(pool, job_id: uuid.UUID):

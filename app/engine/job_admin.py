@@ -66,6 +66,11 @@ async def retry_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
         raise DedupeKeyTaken(job_id) from None
 
 
+async def waiting_in_own_lanes(db) -> int:
+    """Jobs waiting (pending) in the lanes the caller owns, from the lane counters."""
+    return await db.fetchval(query("tenant_waiting_jobs"))
+
+
 async def visible_lane(db, lane: uuid.UUID) -> uuid.UUID | None:
     """The lane's id if it exists and the caller can see it (under row-level security: a
     tenant, its own lanes; an admin, every lane)."""

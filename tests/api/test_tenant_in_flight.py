@@ -1,6 +1,6 @@
 """One tenant's slow requests cannot take every pooled connection from the others.
 
-The attack (attacks/a3_expensive.py in the resource pass): a tenant with a million pending
+The attack (found by a resource-exhaustion pass): a tenant with a million pending
 jobs of its own keeps a dozen `GET /jobs?status=failed` and `GET /stats` in flight, each a
 second or more; every request holds a pooled connection for as long as its route runs,
 so all ten were the attacker's and another tenant's `GET /jobs` went from 14 ms to 4.6 s
