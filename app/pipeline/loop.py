@@ -57,6 +57,10 @@ Ended = tuple[Stage, BatchEndings]       # what a batch of one stage came to
 # as long as the batch took, so it has at most about half of a run that has other
 # work: webhook deliveries take up to 10 s each, and tenants can make many.
 INTERNAL_RECHECK_SECONDS = 1.0
+# A shorter batch (housekeeping, a quick delivery) takes no rest: its stage is looked at
+# again right away, found empty and left for INTERNAL_RECHECK_SECONDS, as before. (A rest
+# of a few milliseconds ended before the next claim and cost that batch its prefetch.)
+INTERNAL_REST_AFTER_SECONDS = 0.1
 
 # Earlier stages win, but a user stage passed over this long while stages ahead of it
 # had work gets the next claim: without it, a tenant's flood of an early stage's jobs
@@ -381,7 +385,8 @@ class Pipeline:
             started = time.monotonic()
             await self._run_handlers(stage, jobs, ctx, out, hard_deadline)
             ended = time.monotonic()
-            if stage.type in self._rarely_busy:  # rests as long as it worked (INTERNAL_RECHECK_SECONDS)
+            if stage.type in self._rarely_busy and ended - started >= INTERNAL_REST_AFTER_SECONDS:
+                # rests as long as it worked (INTERNAL_RECHECK_SECONDS)
                 self._quiet_until[stage.type] = max(self._quiet_until.get(stage.type, 0.0),
                                                     ended + (ended - started))
             if out.stop_reason:  # the run stops claiming now, the other stream included
