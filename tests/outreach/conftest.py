@@ -7,11 +7,14 @@ lists its exact 127.0.0.1:port in the settings' FETCH_ALLOW_PRIVATE."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from typing import AsyncIterator
 
+import httpx
 import pytest
 
+from app.api import create_app
 from app.pipeline.loop import Pipeline
 from app.settings import load_settings
 from app.outreach.settings import OutreachSettings, load_outreach_settings, using_outreach_settings
@@ -92,6 +95,23 @@ def example_settings(**overrides) -> OutreachSettings:
     base = dict(fetch_timeout_seconds=1.5, fetch_max_bytes=2048, llm_base_url=None, llm_model=None,
                 llm_api_key=None)
     return load_outreach_settings(**{**base, **overrides})
+
+
+@asynccontextmanager
+async def api_client(dsn: str, timeout: float = 5.0, **overrides) -> AsyncIterator[httpx.AsyncClient]:
+    """The app with the example's routes (no scheduler), over ASGI; `overrides`: the
+    queue's settings."""
+    app = create_app(settings(database_url=dsn, run_scheduler=False, **overrides))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://skiplock.test",
+                                 timeout=timeout) as client:
+        yield client
+    await app.state.runtime.close()
+
+
+@pytest.fixture
+async def api(dsn):
+    async with api_client(dsn) as client:
+        yield client
 
 
 @pytest.fixture(autouse=True)

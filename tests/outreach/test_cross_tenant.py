@@ -11,13 +11,11 @@ import asyncio
 import time
 import uuid
 
-import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.responses import HTMLResponse, PlainTextResponse
 from starlette.routing import Route
 
-from app.api import create_app
 from app.engine import jobs as q
 from app.engine.jobs import Job, NewJob
 from app.outreach.sql import query
@@ -25,7 +23,7 @@ from app.outreach import STAGES
 from app.outreach.extract import extract
 from app.pipeline.stage import Context, FailJob, Tally
 from tests.factories import api_key
-from tests.outreach.conftest import campaign, reachable, run, settings
+from tests.outreach.conftest import api_client, campaign, reachable, run, settings
 from tests.outreach.servers import Recorder, ServerThread
 
 # every table that holds a campaign's data (and its owner's share of the quota): each row, whole
@@ -111,10 +109,8 @@ async def snapshot(pool, campaign_id) -> dict[str, list]:
 
 @pytest.fixture
 async def bobs_api(dsn):
-    app = create_app(settings(database_url=dsn, run_scheduler=False))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://skiplock.test") as c:
-        yield c
-    await app.state.runtime.close()
+    async with api_client(dsn) as client:
+        yield client
 
 
 async def test_bobs_jobs_naming_anns_rows_change_nothing_of_hers(pool, site, bobs_site, bobs_api):

@@ -11,9 +11,8 @@ import uuid
 import httpx
 import pytest
 
-from app.api import create_app
 from tests import factories as f
-from tests.outreach.conftest import settings
+from tests.outreach.conftest import api_client
 
 POOL = 3
 
@@ -21,11 +20,8 @@ POOL = 3
 @pytest.fixture
 async def api(dsn):
     # the tenant login (TENANT_DATABASE_URL) for user keys; admin keys on the small pool
-    app = create_app(settings(database_url=dsn, run_scheduler=False, db_pool_size=POOL))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://skiplock.test",
-                                 timeout=60) as c:
-        yield c
-    await app.state.runtime.close()
+    async with api_client(dsn, timeout=60, db_pool_size=POOL) as client:
+        yield client
 
 
 def quota_panel(answer: httpx.Response) -> dict:

@@ -10,20 +10,9 @@ import asyncio
 import uuid
 
 import httpx
-import pytest
 
-from app.api import create_app
 from tests import factories as f
 from tests.cli.test_cli_operator import skiplock
-from tests.outreach.conftest import settings
-
-
-@pytest.fixture
-async def api(dsn):
-    app = create_app(settings(database_url=dsn, run_scheduler=False))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://skiplock.test") as c:
-        yield c
-    await app.state.runtime.close()
 
 
 async def test_a_tenants_flood_of_one_extract_is_one_job(api, pool):

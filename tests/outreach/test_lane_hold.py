@@ -3,21 +3,8 @@ cannot lift it by pausing and resuming its own campaign; only the operator's res
 
 from __future__ import annotations
 
-import httpx
-import pytest
-
-from app.api import create_app
 from app.engine import jobs as q
 from tests import factories as f
-from tests.outreach.conftest import settings
-
-
-@pytest.fixture
-async def api(dsn):
-    app = create_app(settings(database_url=dsn, run_scheduler=False))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://skiplock.test") as c:
-        yield c
-    await app.state.runtime.close()
 
 
 async def test_a_tenant_cannot_lift_an_operators_pause_by_pausing_and_resuming(api, pool, admin_headers):

@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 import pytest
 
-from app.api import create_app
 from app.outreach.sql import query
 from app.outreach import quota
 from app.outreach.campaigns import CampaignLimitError, add_campaign
 from app.outreach.crawl import discover, lock_pages
 from app.outreach.plans import PLANS
 from tests import factories as f
-from tests.outreach.conftest import campaign, run, settings
+from tests.outreach.conftest import api_client, campaign, run
 from tests.test_migrate_cli import cli, one_line_error
 
 FREE = PLANS["free"]
@@ -24,10 +22,8 @@ FREE = PLANS["free"]
 
 @pytest.fixture
 async def api(dsn):
-    app = create_app(settings(database_url=dsn, run_scheduler=False, db_pool_size=12))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://skiplock.test") as c:
-        yield c
-    await app.state.runtime.close()
+    async with api_client(dsn, db_pool_size=12) as client:
+        yield client
 
 
 async def free_user_with_campaigns(pool, email: str, n: int) -> dict[str, str]:
