@@ -112,7 +112,7 @@ class Settings(BaseSettings):
                     "one, so one tenant's slow reads cannot take every pooled connection from the others")
     tenant_waiting_jobs_max: int = Field(
         100_000, ge=0,
-        description="a tenant's key may enqueue (POST /jobs) while fewer jobs than this wait in its lanes; "
+        description="a tenant's key may enqueue (POST /jobs) or retry while fewer jobs than this wait in its lanes; "
                     "past it, 429 waiting_jobs_limit until some run (0: no limit). Admin keys and the "
                     "pipeline's own enqueues are not counted")
     max_body_bytes: int = Field(

@@ -262,11 +262,16 @@ async def _current(pool, job_id: uuid.UUID):
 @router.post("/jobs/{job_id}/retry", response_model=JobOut, summary="Retry a failed job",
              dependencies=[Depends(only_params())],
              responses={**_NOT_FOUND, 409: {"description": "job_not_failed, or dedupe_key_taken: another "
-                                                           "open job has its dedupe key"}})
+                                                           "open job has its dedupe key"},
+                        429: {"description": "waiting_jobs_limit: TENANT_WAITING_JOBS_MAX jobs already "
+                                             "wait in this account's lanes"}})
 async def retry_job(job_id: uuid.UUID, request: Request) -> JSONResponse:
     """A failed job (cancelled ones included) back to pending, due now, with its attempts
-    reset to zero. last_error keeps the reason it had failed."""
+    reset to zero. last_error keeps the reason it had failed. A retry makes a job wait
+    again, so a tenant's key retries while fewer than TENANT_WAITING_JOBS_MAX wait (429
+    waiting_jobs_limit), as it enqueues: cancelling and retrying refilled past the cap."""
     pool = await pool_of(request)
+    await _room_to_wait(request, pool)
     try:
         row = await job_admin.retry_job(pool, job_id)
     except job_admin.DedupeKeyTaken:

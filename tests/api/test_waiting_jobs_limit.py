@@ -48,3 +48,27 @@ async def test_a_tenant_past_its_waiting_jobs_is_refused_until_some_run(make_cli
     assert (await client.post(f"/jobs/{first}/cancel", headers=ann)).status_code == 200
     assert (await client.post("/jobs", headers=ann, json=job(ann_one, 101))).status_code == 201
     assert (await client.post("/jobs", headers=ann, json=job(ann_one, 102))).status_code == 429
+
+
+async def test_retrying_cancelled_jobs_does_not_pass_the_cap(make_client, pool, dsn):
+    """An attack pass filled the cap, cancelled every job, filled it again and retried the
+    cancelled ones: three times the cap waited. A retry makes a job wait: it is weighed too."""
+    client = await make_client(make_settings(dsn, tenant_waiting_jobs_max=MOST, pipeline_plugins=""),
+                               [Stage(type="record", handler=lambda job, ctx: None)], api_key=False)
+    ann, lane, _ = await _tenant(pool, "ann@retry-cap.example")
+    cancelled = []
+    for _ in range(2):
+        sent = [await client.post("/jobs", headers=ann, json={"type": "record", "lane": lane, "payload": {}})
+                for _ in range(MOST)]
+        for job in sent:
+            assert (await client.post(f"/jobs/{job.json()['job']['id']}/cancel", headers=ann)).status_code == 200
+            cancelled.append(job.json()["job"]["id"])
+    waiting = [(await client.post("/jobs", headers=ann, json={"type": "record", "lane": lane})).json()["job"]["id"]
+               for _ in range(MOST)]
+    retried = await client.post(f"/jobs/{cancelled[0]}/retry", headers=ann)
+    assert retried.status_code == 429 and retried.json()["error"]["code"] == "waiting_jobs_limit", retried.text
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE status = 'pending'") == MOST
+    # one leaves the queue: room for one retry, not two
+    assert (await client.post(f"/jobs/{waiting[0]}/cancel", headers=ann)).status_code == 200
+    assert (await client.post(f"/jobs/{cancelled[0]}/retry", headers=ann)).status_code == 200
+    assert (await client.post(f"/jobs/{cancelled[1]}/retry", headers=ann)).status_code == 429
