@@ -200,3 +200,24 @@ async def test_one_tenants_slow_receiver_does_not_hold_anothers_notifications_ba
         assert await pool.fetchval("SELECT count(DISTINCT lane) FROM jobs WHERE type = 'notify'") == 2
         await Pipeline(pool, [Stage(type="t", handler=lambda j, c: None)], s).run("cron", budget=1.5)
     assert len(fast.received) == 1 and len(slow.received) < 30
+
+
+async def test_a_tenants_notification_does_not_carry_the_operators_url(pool):
+    """A notify job is in its tenant's lane, so the tenant reads it (GET /jobs?type=notify):
+    an attack pass read WEBHOOK_URL (a Slack-style URL is its own secret) off its payload.
+    The job names only the owner's own URL; the operator's is read at delivery."""
+    async def broken(job, ctx):
+        raise RuntimeError("no luck")
+
+    with Receiver() as global_hook:
+        owner = await f.user(pool, "free")
+        c = await f.campaign(pool, owner)
+        await f.jobs(pool, "t", 1, lane=c)
+        operators = global_hook.url.rstrip("/") + "/services/T0OPERATOR"
+        s = settings(global_hook, webhook_url=operators, webhook_secret=SECRET)
+        await Pipeline(pool, [Stage(type="t", handler=broken, max_attempts=1)], s).run("cron")
+    [got] = global_hook.received
+    assert json.loads(got.body)["event"] == "job.failed" and verify(got)
+    [row] = await pool.fetch("SELECT lane, status, payload FROM jobs WHERE type = 'notify'")
+    assert row["lane"] == c and row["status"] == "done"
+    assert "T0OPERATOR" not in json.dumps(row["payload"]) and row["payload"]["url"] is None

@@ -42,12 +42,13 @@ async def _enqueue(db, settings, lane: uuid.UUID, event: str, key: str,
     tenant's flood of failures to a slow receiver does not hold another's back."""
     if settings is None or settings.webhook_secret is None:
         return None
+    # The job is the tenant's to read (its lane): it carries the owner's own URL, never
+    # the operator's WEBHOOK_URL (read at delivery; null here), which tenants must not learn.
     url = await db.fetchval(query("owner_webhook"), lane)
-    url = url or settings.webhook_url
-    if not url:
+    if not url and not settings.webhook_url:
         return None
     return await enqueue(db, NewJob(type=NOTIFY_TYPE, lane=lane, dedupe_key=f"notify:{event}:{key}",
-                                    payload={"url": url, "event": event, "data": data}))
+                                    payload={"url": url or None, "event": event, "data": data}))
 
 
 async def job_gave_up(db, settings, job: Job, error: str) -> None:
@@ -72,6 +73,9 @@ async def deliver(job: Job, ctx: Context) -> None:
                        "data": job.payload["data"]}).encode()
     timestamp = str(int(time.time()))
     secret = ctx.settings.webhook_secret
+    url = job.payload.get("url") or ctx.settings.webhook_url  # null: the operator's, read now
+    if not url:
+        raise FailJob("no webhook URL")
     headers = {"content-type": "application/json", "user-agent": "skiplock-webhooks/1",
                "x-skiplock-event": job.payload["event"], "x-skiplock-timestamp": timestamp}
     if secret is not None:
@@ -85,7 +89,7 @@ async def deliver(job: Job, ctx: Context) -> None:
     try:
         async with asyncio.timeout(DELIVERY_SECONDS), \
                 guarded_client(allow, timeout=DELIVERY_SECONDS, follow_redirects=False) as client, \
-                client.stream("POST", job.payload["url"], content=body, headers=headers) as response:
+                client.stream("POST", url, content=body, headers=headers) as response:
             pass  # the status and headers are the answer; the body, whatever its size, is never read
     except EgressRefused:
         raise FailJob("blocked") from None  # the same address tomorrow: retrying cannot help
