@@ -209,24 +209,24 @@ async def _main(args, settings: Settings, plugins: list[Plugin]) -> int:
         result = await _run_once(args, settings, plugins)
         answer(json.dumps(result, indent=2))
         if result["stopReason"] == "error":  # recorded, and said in one line on stderr
-            print(f"error: run {result['id']} stopped on an error: {printable(result['error'])}", file=sys.stderr)
+            _say_error(f"run {result['id']} stopped on an error: {result['error']}")
             return 1
         return 0
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:  # the plug-ins named in the settings bring commands of their own
         settings = get_settings()
         plugins = load_plugins(settings.pipeline_plugins)
     except (SettingsError, StageConfigError) as exc:
-        print(f"error: {printable(str(exc))}", file=sys.stderr)
-        if not _asks_for_help(sys.argv[1:] if argv is None else argv):
+        _say_error(str(exc))
+        if not _asks_for_help(argv):
             return BAD_INPUT
         # help is what one reads to fix a setting: given, without the plug-ins' commands
         print("(the help below leaves out the commands of the plug-ins)", file=sys.stderr)
         plugins = []
-    argv = sys.argv[1:] if argv is None else argv
     args = _parser(plugins).parse_args(argv)
     try:
         _check_invocation(argv)
@@ -236,16 +236,21 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit stays quiet
         return OUTPUT_CLOSED
     except CommandError as exc:  # bad input (2), or a thing that could not be done (1)
-        print(f"error: {printable(str(exc))}", file=sys.stderr)
+        _say_error(str(exc))
         return exc.exit_code
     except (SettingsError, StageConfigError) as exc:
-        print(f"error: {printable(str(exc))}", file=sys.stderr)
+        _say_error(str(exc))
         return BAD_INPUT
     except (DatabaseUnavailable, LocalPostgresError, *DATABASE_ERRORS) as exc:
-        print(f"error: {_database_failure(exc)}", file=sys.stderr)
+        _say_error(_database_failure(exc))
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+        _say_error("interrupted")
     return FAILURE
+
+
+def _say_error(text: str) -> None:
+    """The one line a failed command leaves on stderr; what it quotes may be a tenant's."""
+    print(f"error: {printable(text)}", file=sys.stderr)
 
 
 # What a transaction pooler does to a client that takes it for PostgreSQL: it refuses the
@@ -261,7 +266,7 @@ def _database_failure(exc: BaseException) -> str:
     if isinstance(cause, _POOLED_STATEMENTS) or "unsupported startup parameter" in str(cause):
         return (f"DATABASE_URL behaves like a transaction pooler ({type(cause).__name__}): set "
                 "DATABASE_DIRECT_URL to PostgreSQL itself beside it (docs/deploy.md)")
-    return f"database unreachable or failing: {printable(str(cause))}"
+    return f"database unreachable or failing: {cause}"
 
 
 def _asks_for_help(argv: list[str]) -> bool:

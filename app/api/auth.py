@@ -17,7 +17,6 @@ from fastapi import Depends, Request
 
 from app.api.bearer import bearer_token, challenge
 from app.api.deps import owner_pool_of, tenant_pool_of
-from app.api.in_flight import in_flight_of
 from app.api.errors import ApiError
 from app.engine.accounts import KEY_SHAPE, authenticate
 from app.engine.one_connection import OneConnection
@@ -44,7 +43,7 @@ async def tenant(request: Request) -> AsyncIterator[Actor]:
     in flight first: past TENANT_REQUESTS_IN_FLIGHT it waits for one of them to end before
     it asks the pool for a connection."""
     actor, _ = await key_holder(request)
-    counted = None if actor.is_admin or actor.user_id is None else in_flight_of(request)
+    counted = None if actor.is_admin or actor.user_id is None else request.app.state.tenant_in_flight
     async with (counted.turn(actor.user_id) if counted is not None else nullcontext()):
         pool = await tenant_pool_of(request, actor)
         async with pool.acquire() as conn:

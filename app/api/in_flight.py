@@ -1,5 +1,5 @@
 """How many of one tenant's requests may hold a database connection at once in this
-serving process (TENANT_REQUESTS_IN_FLIGHT)."""
+serving process (TENANT_REQUESTS_IN_FLIGHT). The app makes one (app.state.tenant_in_flight)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import uuid
 from collections import Counter
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
-
-from fastapi import Request
 
 
 class InFlight:
@@ -37,10 +35,3 @@ class InFlight:
             if self._users[owner] <= 0:
                 del self._users[owner]
                 del self._turns[owner]
-
-
-def in_flight_of(request: Request) -> InFlight:
-    state = request.app.state
-    if getattr(state, "tenant_in_flight", None) is None:
-        state.tenant_in_flight = InFlight(state.runtime.settings.tenant_requests_in_flight)
-    return state.tenant_in_flight

@@ -216,7 +216,7 @@ async def create_job(body: JobIn, request: Request) -> JSONResponse:
     payload = accepted_payload(request, body.type, body.payload, ("body", "payload"))
     stage = stage_of(request, body.type)
     try:
-        dedupe_key = stage.people_dedupe_key(lane, payload, body.dedupe_key) if stage else body.dedupe_key
+        dedupe_key = stage.people_dedupe_key(lane, payload, body.dedupe_key)  # a known type: a stage
     except DedupeKeyFixed as exc:
         raise ApiError(422, "dedupe_key_fixed", str(exc), {"dedupeKey": exc.key}) from None
     new = NewJob(type=body.type, payload=payload, dedupe_key=dedupe_key, lane=lane,

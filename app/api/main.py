@@ -23,6 +23,7 @@ from app.api import (audit, batches, cron, dashboard, errors, events, health, jo
 from app.api.auth import TENANT
 from app.api.body_limit import BodyLimit
 from app.api.idempotency import Idempotency
+from app.api.in_flight import InFlight
 from app.api.ratelimit import RateLimit
 from app.api.redis_gate import RedisGate
 from app.api.route_gate import RouteGate
@@ -50,6 +51,7 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
                               "trigger, the jobs and runs it works through, and their batches.")
     app.state.runtime = runtime
     app.state.redis = gate
+    app.state.tenant_in_flight = InFlight(runtime.settings.tenant_requests_in_flight)
     app.add_middleware(Idempotency, runtime=runtime)
     app.add_middleware(RouteGate)
     app.add_middleware(RateLimit, settings=runtime.settings, gate=gate)
