@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING
 _WHERE = {
     "Job": "app.engine.jobs", "NewJob": "app.engine.jobs",
     "Context": "app.pipeline.stage", "DeferJob": "app.pipeline.stage", "FailJob": "app.pipeline.stage",
-    "Stage": "app.pipeline.stage", "StopRun": "app.pipeline.stage",
+    "JobRefused": "app.pipeline.stage", "Stage": "app.pipeline.stage", "StopRun": "app.pipeline.stage",
     "Plugin": "app.plugin",
 }
 
-__all__ = ["Context", "DeferJob", "FailJob", "Job", "NewJob", "Plugin", "Stage", "StopRun"]
+__all__ = ["Context", "DeferJob", "FailJob", "Job", "JobRefused", "NewJob", "Plugin", "Stage", "StopRun"]
 
 if TYPE_CHECKING:
     from app.engine.jobs import Job, NewJob
-    from app.pipeline.stage import Context, DeferJob, FailJob, Stage, StopRun
+    from app.pipeline.stage import Context, DeferJob, FailJob, JobRefused, Stage, StopRun
     from app.plugin import Plugin
 
 

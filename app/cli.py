@@ -34,7 +34,7 @@ from app.engine.migrate import migrate
 from app.logs import configure_cli_logging
 from app.pipeline.payloads import MAX_DEPTH, PayloadRefused, Problem, check_payload
 from app.pipeline.registry import StageConfigError
-from app.pipeline.stage import DedupeKeyFixed
+from app.pipeline.stage import DedupeKeyFixed, JobRefused
 from app.plugin import CommandError, Plugin, load_plugins
 from app.runtime import (DATABASE_ERRORS, DatabaseUnavailable, Runtime, configured_stages,
                          direct_database_url, run_json, run_limits)
@@ -132,6 +132,10 @@ async def _enqueue(args, settings: Settings, plugins: list[Plugin], dsn: str) ->
     job = q.NewJob(type=args.type, payload=payload, dedupe_key=dedupe_key, lane=lane,
                    run_after=datetime.now(timezone.utc) + timedelta(seconds=args.delay) if args.delay else None)
     async with cli_jobs.acting_as_cli(dsn) as db:  # audited as system/cli
+        try:
+            await stages[args.type].people_accept(db, lane or q.DEFAULT_LANE, payload)
+        except JobRefused as exc:
+            raise CommandError(f"the {args.type!r} stage refuses this job: {exc}") from None
         job_id = await q.enqueue(db, job)
     return {"id": str(job_id) if job_id else None, "deduplicated": job_id is None}
 

@@ -14,8 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from app.api.deps import pool_of
 from app.api.errors import ApiError
 from app.api.params import only_params
-from app.api.payloads import accepted_payload
+from app.api.payloads import accepted_job, accepted_payload, stage_of
 from app.engine import batches as engine
+from app.engine import job_admin
 from app.engine.batches import BatchRequest, LaneNotFound
 from app.json_values import iso
 from app.pipeline import outcomes
@@ -83,7 +84,8 @@ def _known_types(request: Request) -> list[str]:
 
 CREATE_RESPONSES = {404: {"description": "no such lane (or not yours)"},
                     409: {"description": "ALL_DUPLICATE_JOBS: every requested type is in flight"},
-                    422: {"description": "an unknown job type or a malformed body"}}
+                    422: {"description": "an unknown job type, job_refused (a job's stage will not have "
+                                         "what its payload names), or a malformed body"}}
 
 
 @router.post("/lanes/{lane_id}/batches", status_code=201, response_model=BatchCreated,
@@ -110,10 +112,18 @@ async def create_batch_in_lane(lane: uuid.UUID, body: BatchIn, request: Request,
                        {"duplicates": twice})
     requests = [BatchRequest(j.type, accepted_payload(request, j.type, j.payload, ("body", "jobs", i, "payload")),
                              j.total) for i, j in enumerate(body.jobs)]
+    db = await pool_of(request)
+    no_lane = ApiError(404, "not_found", f"no {noun} {lane}")
+    if any(stage_of(request, r.type).accepts for r in requests):
+        # a lane not there (or not yours) is a 404 first, whatever its jobs name
+        if await job_admin.visible_lane(db, lane) is None:
+            raise no_lane
+        for i, r in enumerate(requests):
+            await accepted_job(db, stage_of(request, r.type), lane, r.payload, ("body", "jobs", i, "payload"))
     try:
-        outcome = await engine.create_batch(await pool_of(request), lane, requests)
+        outcome = await engine.create_batch(db, lane, requests)
     except LaneNotFound:
-        raise ApiError(404, "not_found", f"no {noun} {lane}") from None
+        raise no_lane from None
     skipped = {t: str(i) for t, i in outcome.skipped.items()}
     if outcome.batch_id is None:
         raise ApiError(409, "ALL_DUPLICATE_JOBS",

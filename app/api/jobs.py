@@ -17,7 +17,7 @@ from app.api.cache import CACHED, cached_json, forget
 from app.api.deps import JOB_TYPES_MARK, enqueueable_types, listed_types, pool_of
 from app.api.errors import ApiError
 from app.api.pagination import ListQuery, Param, enum_param, uuid_param
-from app.api.payloads import accepted_payload, stage_of
+from app.api.payloads import accepted_job, accepted_payload, stage_of
 from app.api.params import only_params
 from app.engine import job_admin
 from app.engine.jobs import DEFAULT_LANE, MAX_DEDUPE_KEY_CHARS, NewJob, enqueue
@@ -195,7 +195,9 @@ async def get_job(job_id: uuid.UUID, request: Request) -> Response:
                                              "wait in this account's lanes"},
                         422: {"description": "unknown_job_type (the message names the known types), "
                                              "unknown_lane, dedupe_key_fixed (the stage names its jobs' "
-                                             "dedupe key: send that one or none), or a malformed body"}})
+                                             "dedupe key: send that one or none), job_refused (the stage "
+                                             "will not have what the payload names, the example's a page "
+                                             "or contact not of the lane's campaign), or a malformed body"}})
 async def create_job(body: JobIn, request: Request) -> JSONResponse:
     """201 with the new job, or 200 with the open job that holds the same dedupe_key
     (the insert is the check: no read comes before it)."""
@@ -219,6 +221,7 @@ async def create_job(body: JobIn, request: Request) -> JSONResponse:
         dedupe_key = stage.people_dedupe_key(lane, payload, body.dedupe_key)  # a known type: a stage
     except DedupeKeyFixed as exc:
         raise ApiError(422, "dedupe_key_fixed", str(exc), {"dedupeKey": exc.key}) from None
+    await accepted_job(pool, stage, lane, payload, ("body", "payload"))
     new = NewJob(type=body.type, payload=payload, dedupe_key=dedupe_key, lane=lane,
                  run_after=body.run_after)
     for _ in range(5):

@@ -1,15 +1,17 @@
 """Job payloads at the API's edge: the rules of app.pipeline.payloads (size, NUL, the
-stage's declared model) as a 422 invalid_request naming each problem's place in the body."""
+stage's declared model) as a 422 invalid_request naming each problem's place in the body,
+and the stage's own say on what the payload names (Stage.accepts) as a 422 job_refused."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from fastapi import Request
 
-from app.api.errors import invalid_request
+from app.api.errors import ApiError, invalid_request
 from app.pipeline.payloads import PayloadRefused, check_payload
-from app.pipeline.stage import Stage
+from app.pipeline.stage import JobRefused, Stage
 
 
 def stage_of(request: Request, job_type: str) -> Stage | None:
@@ -28,3 +30,15 @@ def accepted_payload(request: Request, job_type: str, payload: dict[str, Any],
                              context={"settings": runtime.settings})
     except PayloadRefused as refused:
         raise invalid_request([(where + p.location, p.message) for p in refused.problems]) from None
+
+
+async def accepted_job(db, stage: Stage, lane: uuid.UUID, payload: dict[str, Any],
+                       where: tuple[str | int, ...]) -> None:
+    """The stage's `accepts` on the request's own connection (as its tenant: row-level
+    security applies), or a 422 job_refused with the hook's message; `where` is the
+    payload's place in the body."""
+    try:
+        await stage.people_accept(db, lane, payload)
+    except JobRefused as exc:
+        raise ApiError(422, "job_refused", str(exc),
+                       {"location": ".".join(str(w) for w in where), **(exc.details or {})}) from None

@@ -18,6 +18,8 @@ GaveUpHook = Callable[[Job, "Context"], Awaitable[None]]
 CancelledHook = Callable[[Job, "Context"], Awaitable[None]]
 # (lane, payload as stored) -> the job's dedupe key
 DedupeKey = Callable[[uuid.UUID, dict[str, Any]], str]
+# (db, lane, payload as stored) -> None, or raise JobRefused
+Accepts = Callable[[Any, uuid.UUID, dict[str, Any]], Awaitable[None]]
 
 
 class DedupeKeyFixed(ValueError):
@@ -26,6 +28,14 @@ class DedupeKeyFixed(ValueError):
         self.key = key
         super().__init__(f"jobs of type {stage!r} are deduplicated by what they work on: their dedupe "
                          f"key is {key!r}; send that key or none")
+
+
+class JobRefused(ValueError):
+    """A stage's `accepts` hook will not have a job people enqueue. The message is the
+    answer as it is (a sentence the sender can act on); `details`, JSON, go with it."""
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+        self.details = details
+        super().__init__(message)
 
 
 def _seconds(value: float | timedelta) -> float:
@@ -53,6 +63,14 @@ class Stage:
                     the caller sends, so the same work cannot be queued a thousand times
                     (a stage early in the order would hold every later stage's claims
                     back while the copies drain). Use the key the stage's own enqueues use.
+    accepts:        async (db, lane, payload) where people enqueue (the API, the CLI, a
+                    batch), once the payload fits: raise JobRefused(message) to refuse the
+                    job (a 422 job_refused; the CLI's one line, exit 2). db is the
+                    enqueuer's own transaction, an API request's as its tenant, so
+                    row-level security hides other tenants' rows: "not found" is also
+                    "not yours". For ids a job must name of its own lane: each other one
+                    would be claimed only to fail, and a flood of distinct ones in an early
+                    stage holds every lane's later stages back.
     """
     type: str
     handler: JobHandler | None = None
@@ -67,6 +85,7 @@ class Stage:
     internal: bool = False  # housekeeping: counted in the summary, not in jobs_done/failed
     payload: type[BaseModel] | None = None
     dedupe: DedupeKey | None = None
+    accepts: Accepts | None = None
 
     def __post_init__(self) -> None:
         if not self.type or not isinstance(self.type, str):
@@ -96,6 +115,11 @@ class Stage:
         if given is not None and given != key:
             raise DedupeKeyFixed(self.type, key)
         return key
+
+    async def people_accept(self, db: Any, lane: uuid.UUID, payload: dict[str, Any]) -> None:
+        """Raises JobRefused when the stage's `accepts` refuses a job people enqueue."""
+        if self.accepts is not None:
+            await self.accepts(db, lane, payload)
 
 
 def _when(until: datetime | timedelta | float | None) -> datetime:
