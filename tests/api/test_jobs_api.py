@@ -9,9 +9,10 @@ from datetime import datetime, timezone
 
 from serving_kit import Recorder, assert_error, make_settings
 
+from app.engine import accounts
 from app.engine import jobs as q
 from app.outreach.payloads import BriefPayload, CrawlPayload, DraftPayload
-from app.pipeline.stage import Stage
+from app.pipeline.stage import JobRefused, Stage
 from tests import factories as f
 
 
@@ -249,3 +250,33 @@ async def test_a_crawl_url_naming_a_non_public_address_is_422(make_client, pool,
     # exactly the listed host:port is the exception
     listed = await client.post("/jobs", json={"type": "crawl", "payload": {"url": "http://127.0.0.1:8000/"}})
     assert listed.status_code == 201, listed.text
+
+
+async def test_a_stages_accepts_is_asked_on_the_tenants_own_transaction(make_client, pool):
+    async def noop(job, ctx) -> None:
+        return None
+
+    async def accepts(db, lane, payload) -> None:
+        # what the hook sees: the tenant's role, and row-level security keeps it to its own lanes
+        role, lanes = await db.fetchrow("SELECT current_user, (SELECT count(*) FROM lanes)")
+        if payload.get("refuse"):
+            raise JobRefused(f"refused in {lane} as {role}", {"lanes": lanes})
+
+    client = await make_client(stages=[Stage(type="checked", handler=noop, accepts=accepts)], api_key=False)
+    key = await f.api_key(pool, "ann@accepts.example", plan="pro")
+    ann, mine = {"Authorization": f"Bearer {key}"}, await f.campaign(pool, (await accounts.authenticate(pool, key)).user_id)
+    theirs = await f.campaign(pool, await f.user(pool, "pro"))
+    refused = await client.post("/jobs", headers=ann, json={"type": "checked", "lane": str(mine),
+                                                            "payload": {"refuse": True}})
+    error = assert_error(refused, 422, "job_refused")
+    assert (error["message"], error["details"]) == (f"refused in {mine} as skiplock_api",
+                                                    {"location": "body.payload", "lanes": 1})
+    batch = await client.post(f"/lanes/{mine}/batches", headers=ann,
+                              json={"jobs": [{"type": "checked", "payload": {"refuse": True}}]})
+    assert assert_error(batch, 422, "job_refused")["details"]["location"] == "body.jobs.0.payload"
+    # a lane not yours is a 404 before the hook is asked
+    assert_error(await client.post(f"/lanes/{theirs}/batches", headers=ann,
+                                   json={"jobs": [{"type": "checked", "payload": {"refuse": True}}]}), 404, "not_found")
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
+    taken = await client.post("/jobs", headers=ann, json={"type": "checked", "lane": str(mine), "payload": {}})
+    assert taken.status_code == 201, taken.text
