@@ -10,14 +10,21 @@ that does not exist, and the job fails for good (FailJob, no retries) saying
 "page <id> is not in this job's campaign". A payload never chooses the campaign: a
 campaign_id in it is ignored. A job with no campaign touches no campaign row at all.
 A crawl by URL must also stay on its campaign's site (campaigns.url, by `same_site`).
+
+Where people enqueue (the API, the CLI, a batch) the same rule comes first, as the
+stages' `accepts` hooks: a page or contact id that is not the lane's campaign's is
+refused there with one answer whether it exists elsewhere or not, so a flood of them is
+never queued (each would be claimed ahead of every tenant's crawls only to fail).
 """
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from app.engine.jobs import DEFAULT_LANE, Job
-from app.pipeline.stage import FailJob
+from app.outreach.sql import query
+from app.pipeline.stage import FailJob, JobRefused
 
 
 def campaign_of(job: Job) -> uuid.UUID:
@@ -41,3 +48,23 @@ def not_in_campaign(what: str, row_id: uuid.UUID) -> FailJob:
     """The one answer for an id of another campaign and an id that does not exist, so
     a payload cannot be used to probe which ids exist elsewhere."""
     return FailJob(f"{what} {row_id} is not in this job's campaign")
+
+
+async def _must_be_the_campaigns(db, sql: str, what: str, row_id: str, lane: uuid.UUID) -> None:
+    """Refuses the job unless `sql` finds the row in the lane's campaign. `db` is the
+    enqueuer's: over the API the tenant's, where another tenant's row is not found at all."""
+    if lane == DEFAULT_LANE:
+        raise JobRefused("this job has no campaign: name the campaign's id as its lane")
+    if not await db.fetchval(sql, uuid.UUID(row_id), lane):
+        raise JobRefused(f"{what} {row_id} is not in campaign {lane}", {f"{what}_id": row_id})
+
+
+async def page_of_the_campaign(db, lane: uuid.UUID, payload: dict[str, Any]) -> None:
+    """Stage.accepts of extract and crawl: a page_id, when given, is the campaign's."""
+    if payload.get("page_id") is not None:
+        await _must_be_the_campaigns(db, query("page_in_campaign"), "page", payload["page_id"], lane)
+
+
+async def contact_of_the_campaign(db, lane: uuid.UUID, payload: dict[str, Any]) -> None:
+    """Stage.accepts of draft: the contact is the campaign's."""
+    await _must_be_the_campaigns(db, query("contact_in_campaign"), "contact", payload["contact_id"], lane)
