@@ -22,7 +22,7 @@ from app.outreach.crawl import CRAWL, EXTRACT, crawl, crawl_gave_up, extract_key
 from app.outreach.draft import DRAFT, draft, refund_draft
 from app.outreach.extract import draft_key, extract
 from app.outreach.payloads import BriefPayload, CrawlPayload, DraftPayload, ExtractPayload
-from app.outreach.scope import contact_of_the_campaign, page_of_the_campaign
+from app.outreach.scope import contact_of_the_campaign, crawl_of_the_campaign, page_of_the_campaign
 
 # The stages ahead of crawl dedupe what people enqueue (one open job per page, contact,
 # campaign): earlier stages are claimed first, so a thousand copies of one extract would
@@ -37,6 +37,6 @@ DRAFT_STAGE = Stage(type=DRAFT, handler=draft, batch=8, concurrency=4, lease=300
 BRIEF_STAGE = Stage(type=BRIEF, handler=brief, batch=2, concurrency=2, lease=120, timeout=60,
                     payload=BriefPayload, dedupe=lambda lane, p: brief_key(lane))
 CRAWL_STAGE = Stage(type=CRAWL, handler=crawl, batch=4, concurrency=4, lease=120, timeout=60,
-                    max_attempts=3, gave_up=crawl_gave_up, payload=CrawlPayload, accepts=page_of_the_campaign)
+                    max_attempts=3, gave_up=crawl_gave_up, payload=CrawlPayload, accepts=crawl_of_the_campaign)
 
 STAGES = [EXTRACT_STAGE, DRAFT_STAGE, BRIEF_STAGE, CRAWL_STAGE]

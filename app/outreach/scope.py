@@ -24,6 +24,7 @@ from typing import Any
 
 from app.engine.jobs import DEFAULT_LANE, Job
 from app.outreach.sql import query
+from app.outreach.urls import BadUrl, normalize_url, same_site
 from app.pipeline.stage import FailJob, JobRefused
 
 
@@ -60,9 +61,26 @@ async def _must_be_the_campaigns(db, sql: str, what: str, row_id: str, lane: uui
 
 
 async def page_of_the_campaign(db, lane: uuid.UUID, payload: dict[str, Any]) -> None:
-    """Stage.accepts of extract and crawl: a page_id, when given, is the campaign's."""
+    """Stage.accepts of extract: the page is the campaign's."""
+    await _must_be_the_campaigns(db, query("page_in_campaign"), "page", payload["page_id"], lane)
+
+
+async def crawl_of_the_campaign(db, lane: uuid.UUID, payload: dict[str, Any]) -> None:
+    """Stage.accepts of crawl: a page_id is the campaign's, a URL is on the campaign's
+    site (what the handler would refuse after a claim is refused before the queue)."""
     if payload.get("page_id") is not None:
         await _must_be_the_campaigns(db, query("page_in_campaign"), "page", payload["page_id"], lane)
+        return
+    if lane == DEFAULT_LANE:
+        raise JobRefused("this job has no campaign: name the campaign's id as its lane")
+    campaign = await db.fetchrow(query("campaign_site"), lane)
+    site = (campaign["url"] or "") if campaign else ""
+    try:
+        on_site = bool(site) and same_site(normalize_url(payload["url"]), site)
+    except BadUrl:  # the payload's model checked the URL already; refused the same way
+        on_site = False
+    if not on_site:
+        raise JobRefused(f"{payload['url']} is not on campaign {lane}'s site", {"site": site or None})
 
 
 async def contact_of_the_campaign(db, lane: uuid.UUID, payload: dict[str, Any]) -> None:

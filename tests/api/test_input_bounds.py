@@ -267,6 +267,11 @@ async def test_the_cli_checks_a_payload_against_its_stage(dsn, pool):
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
     one_line_error(cli("enqueue", "crawl", "--payload", '{"url": "https://example.com/", "depth": "2"}',
                        env=env, dsn=dsn), "integer")  # a number is a JSON number, as on the API
-    out = cli("enqueue", "crawl", "--payload", '{"url": "https://example.com/", "depth": 2}', env=env, dsn=dsn)
+    good = '{"url": "https://example.com/", "depth": 2}'
+    # a payload that fits is still the stage's to refuse: a crawl needs a campaign whose site it is on
+    one_line_error(cli("enqueue", "crawl", "--payload", good, env=env, dsn=dsn), "has no campaign")
+    lane = await f.campaign(pool, await f.user(pool))
+    await f.as_system(pool, "UPDATE campaigns SET url = 'https://example.com/' WHERE id = $1", lane)
+    out = cli("enqueue", "crawl", "--lane", str(lane), "--payload", good, env=env, dsn=dsn)
     assert out.returncode == 0, out.stderr
     assert await pool.fetchval("SELECT payload FROM jobs") == {"url": "https://example.com/", "depth": 2}

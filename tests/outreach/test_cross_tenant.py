@@ -141,8 +141,8 @@ async def test_bobs_jobs_naming_anns_rows_change_nothing_of_hers(pool, site, bob
     every = {"page_id": str(home), "contact_id": str(undrafted), "draft_id": str(draft_id),
              "campaign_id": str(ann), "url": f"{u}/limited"}
     # (type, payload, how the job must end): payloads that fit their stage, on Bob's
-    # campaign. The API takes the two in `taken`; the rest name Ann's page or contact, and
-    # it refuses them (422 job_refused, as for an id that does not exist)
+    # campaign. The API takes the one in `taken`; the rest name Ann's page, contact or
+    # site, and it refuses them (422 job_refused, as for an id that does not exist)
     plain = [
         ("crawl", {"page_id": str(queued)}, f"page {queued} is not in this job's campaign"),
         ("crawl", {"page_id": str(home), "url": f"{u}/"}, f"page {home} is not in this job's campaign"),
@@ -153,7 +153,7 @@ async def test_bobs_jobs_naming_anns_rows_change_nothing_of_hers(pool, site, bob
         ("draft", {"contact_id": str(drafted)}, f"contact {drafted} is not in this job's campaign"),
         ("brief", {}, None),  # runs, on Bob's campaign
     ]
-    taken = [("crawl", {"url": f"{u}/limited"}), ("brief", {})]
+    taken = [("brief", {})]
     # (type, payload, campaign, how the job must end): payloads naming Ann's campaign or
     # anything else, and jobs with no campaign. The API may refuse these; the queue has
     # other producers, so the stages must hold whatever gets in.

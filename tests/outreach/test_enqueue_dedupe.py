@@ -114,6 +114,28 @@ async def test_a_tenant_enqueues_only_its_own_campaigns_pages_and_contacts(api, 
     assert laneless.status_code == 422 and "has no campaign" in laneless.json()["error"]["message"], laneless.text
 
 
+async def test_a_crawl_by_url_is_refused_off_its_campaigns_site(api, pool):
+    mallory, lane = await _tenant(api, pool, "mallory@example.com", "https://mallory.example")
+    _, anns = await _tenant(api, pool, "ann@example.com", "https://ann.example")
+    before = await pool.fetchval("SELECT count(*) FROM jobs")
+
+    async def crawl(url: str, **lane_of) -> httpx.Response:
+        return await api.post("/jobs", headers=mallory, json={"type": "crawl", "payload": {"url": url}, **lane_of})
+    # another tenant's site, an internal-looking name, a look-alike host: refused before the queue
+    for url in ("https://ann.example/", "https://mallory.example.attacker.example/", "https://example.org/"):
+        r = await crawl(url, lane=lane)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "job_refused", (url, r.text)
+        assert r.json()["error"]["details"] == {"location": "body.payload", "site": "https://mallory.example/"}
+    # no campaign at all, and another tenant's campaign (not yours: the lane check first)
+    nowhere = await crawl("https://mallory.example/a")
+    assert nowhere.status_code == 422 and "has no campaign" in nowhere.json()["error"]["message"], nowhere.text
+    theirs = await crawl("https://ann.example/", lane=anns)
+    assert theirs.status_code == 422 and theirs.json()["error"]["code"] == "unknown_lane", theirs.text
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == before
+    # its own site, any page of it
+    assert (await crawl("https://mallory.example/deep/page?x=1", lane=lane)).status_code == 201
+
+
 async def test_the_cli_enqueues_with_the_stages_key(dsn, pool, api):
     key = {"Authorization": f"Bearer {await f.api_key(pool, 'ops@example.com', plan='pro')}"}
     lane = (await api.post("/campaigns", json={"url": "https://ops.example"}, headers=key)).json()["id"]
