@@ -58,6 +58,10 @@ class Settings(BaseSettings):
     run_scheduler: bool = Field(
         True, description="this deployment enqueues the recurring maintenance ticks (safe on several at once)")
     job_retention_hours: float = Field(168.0, gt=0, description="finished jobs older than this are pruned")
+    audit_retention_days: int = Field(
+        365, ge=0, le=36_500,
+        description="audit log rows older than this many days are deleted by maintenance, in bounded "
+                    "batches (docs/operations.md#audit-retention); 0: kept for ever")
     webhook_url: str | None = Field(None, description="where notifications go when the account has no URL of its own")
     webhook_secret: SecretStr | None = Field(None, description="signs webhook bodies; unset: no notifications")
     worker_poll_seconds: float = Field(5.0, gt=0, description="a waiting worker looks for due work this often")

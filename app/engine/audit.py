@@ -1,4 +1,5 @@
-"""Reading the audit log (the triggers write it; nothing here can)."""
+"""The audit log: read newest first, and pruned by age (the triggers write it; no row is
+ever changed)."""
 
 from __future__ import annotations
 
@@ -14,3 +15,8 @@ async def audit_page(db, *, table: str | None, after: tuple[datetime, int] | Non
     """Newest first over (at, id)."""
     at, last_id = after if after else (None, None)
     return await db.fetch(query("audit_page"), at, last_id, table, limit)
+
+
+async def prune(db, retention_days: int, limit: int) -> int:
+    """Delete at most `limit` audit rows older than `retention_days` days, oldest first."""
+    return await db.fetchval(query("audit_prune"), retention_days, limit)

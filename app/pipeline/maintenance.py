@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from app.engine import batches, events, idempotency
+from app.engine import audit, batches, events, idempotency
 from app.engine import jobs as q
 from app.engine.queries import query
 from app.engine.runs import close_abandoned_runs
@@ -21,6 +21,10 @@ from app.pipeline.stage import Context, Stage
 log = logging.getLogger("skiplock.maintenance")
 
 PRUNE_BATCH = 1000
+# Audit rows leave at most this many batches a pass (every 10 minutes: 2.88 million a
+# day), so a long backlog (a retention newly set or lowered) drains over many passes
+# instead of filling one run with deletes.
+AUDIT_PRUNE_BATCHES = 20
 MAINTENANCE_TYPE = "maintenance"
 
 
@@ -88,13 +92,27 @@ async def prune_events(pool, stages: list[Stage], ctx: Context) -> int:
         ctx, lambda: events.prune(pool, ctx.settings.events_replay, PRUNE_BATCH), "events_pruned")
 
 
-async def _in_bounded_batches(ctx: Context, one_batch: Callable[[], Awaitable[int]], counter: str) -> int:
-    """Repeat a delete of at most PRUNE_BATCH rows while the run has time, until one comes
-    back short (nothing left): no statement holds its locks for long. Counted in the run."""
+async def prune_audit(pool, stages: list[Stage], ctx: Context) -> int:
+    """Delete audit rows older than AUDIT_RETENTION_DAYS (0: keep them all), a bounded
+    batch per statement and at most AUDIT_PRUNE_BATCHES batches a pass."""
+    days = ctx.settings.audit_retention_days
+    if not days:
+        return 0
+    return await _in_bounded_batches(ctx, lambda: audit.prune(pool, days, PRUNE_BATCH), "audit_pruned",
+                                     max_batches=AUDIT_PRUNE_BATCHES)
+
+
+async def _in_bounded_batches(ctx: Context, one_batch: Callable[[], Awaitable[int]], counter: str,
+                              max_batches: int | None = None) -> int:
+    """Repeat a delete of at most PRUNE_BATCH rows while the run has time (and, given
+    max_batches, at most that many times), until one comes back short (nothing left): no
+    statement holds its locks for long. Counted in the run."""
     total = 0
-    while ctx.time_left() > 1:
+    batches_done = 0
+    while ctx.time_left() > 1 and (max_batches is None or batches_done < max_batches):
         n = await one_batch()
         total += n
+        batches_done += 1
         if n < PRUNE_BATCH:
             break
     if total:
@@ -116,6 +134,7 @@ RECURRING = (
     Recurring("prune_finished", 3600, prune_finished),
     Recurring("expire_idempotency_keys", 3600, expire_idempotency_keys),
     Recurring("events_prune", 600, prune_events),
+    Recurring("prune_audit", 600, prune_audit),
 )
 _BY_TASK = {r.task: r for r in RECURRING}
 

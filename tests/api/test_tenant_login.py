@@ -28,6 +28,7 @@ CLIMBS = {
     "read_key_digests": "SELECT hash FROM api_keys",
     "write_billing": "UPDATE subscriptions SET plan = 'pro'",
     "drop_a_table": "DROP TABLE audit_log",
+    "prune_the_audit_log": "SELECT audit_log_prune(now(), 1000)",
 }
 
 
