@@ -114,6 +114,11 @@ class Settings(BaseSettings):
         description="one tenant (an API key's owner; admin keys aside) has at most this many requests holding "
                     "a database connection at once in one serving process; its others wait their turn without "
                     "one, so one tenant's slow reads cannot take every pooled connection from the others")
+    tenant_statement_timeout_seconds: float = Field(
+        5.0, ge=0, le=300,
+        description="a tenant key's request (admin keys aside) has each SQL statement cancelled after this long, "
+                    "lock waits included, and answers 503 statement_timeout; set transaction-locally, so safe behind "
+                    "a transaction pooler (0: none set here; a limit on the role or database still holds)")
     tenant_waiting_jobs_max: int = Field(
         100_000, ge=0,
         description="a tenant's key may enqueue (POST /jobs) or retry while fewer jobs than this wait in its lanes; "

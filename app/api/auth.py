@@ -4,7 +4,8 @@
 work happens on one connection, in one transaction, as the role skiplock_api (an admin
 key's: skiplock_admin), presenting the key's digest transaction-locally: row-level
 security finds the tenant from that key and filters every query the route runs, so a
-forgotten `WHERE user_id = ...` still returns nothing foreign. The
+forgotten `WHERE user_id = ...` still returns nothing foreign. A tenant's key (not an
+admin's) also gets TENANT_STATEMENT_TIMEOUT_SECONDS per statement. The
 transaction commits before the answer is sent (or rolls back on an error), and since
 the settings are local to it, the pooled connection goes back carrying nothing."""
 
@@ -21,6 +22,7 @@ from app.api.errors import ApiError
 from app.engine.accounts import KEY_SHAPE, authenticate
 from app.engine.one_connection import OneConnection
 from app.engine.tenancy import Actor, enter_tenant
+from app.settings import Settings
 
 # The request's one connection, shaped like a pool for code written against one.
 RequestDb = OneConnection
@@ -37,6 +39,16 @@ async def key_holder(request: Request) -> tuple[Actor, str]:
     return actor, KEY_SHAPE.match(key).group(1)
 
 
+def statement_timeout_ms(settings: Settings, actor: Actor) -> int | None:
+    """A tenant key's per-statement limit, in ms. None for an admin key: the operator's
+    requests (a retry of every failed job, say) are not limited, as they are not counted
+    in flight; and None when TENANT_STATEMENT_TIMEOUT_SECONDS is 0."""
+    seconds = settings.tenant_statement_timeout_seconds
+    if actor.is_admin or not seconds:
+        return None
+    return max(1, round(seconds * 1000))
+
+
 async def tenant(request: Request) -> AsyncIterator[Actor]:
     """Authenticate the key, then hold the request's tenant transaction around the route.
     A tenant's key (not an admin's: the operator's) counts against its owner's requests
@@ -50,7 +62,8 @@ async def tenant(request: Request) -> AsyncIterator[Actor]:
             tr = conn.transaction()
             await tr.start()
             try:
-                await enter_tenant(conn, actor)
+                await enter_tenant(conn, actor, statement_timeout_ms=statement_timeout_ms(
+                    request.app.state.runtime.settings, actor))
                 request.state.actor = actor
                 request.state.db = RequestDb(conn)
                 yield actor

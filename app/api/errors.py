@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from typing import Any
 
 import asyncpg
@@ -180,6 +181,20 @@ class CatchAll:
             await response(scope, receive, send)
 
 
+async def _statement_cancelled(request: Request, exc: Exception) -> JSONResponse:
+    """PostgreSQL cancelled a statement: it ran past a tenant key's
+    TENANT_STATEMENT_TIMEOUT_SECONDS (a lock wait counts), or an operator cancelled it.
+    The request's transaction was rolled back; a retry may find the lock gone or the
+    database less busy, so 503 with Retry-After, not a 500."""
+    seconds = request.app.state.runtime.settings.tenant_statement_timeout_seconds
+    log.warning("statement cancelled on %s %s: %s", request.method, request.url.path, exc)
+    limit = f" (the limit is {seconds:g} s a statement)" if seconds else ""
+    return error_response(503, "statement_timeout",
+                          f"the database cancelled this request's work before it finished{limit}; it was "
+                          "rolled back, so nothing changed: try again shortly, or ask for less at once",
+                          headers={"Retry-After": str(max(1, math.ceil(seconds)))})
+
+
 async def _not_allowed(request: Request, exc: Exception) -> JSONResponse:
     """Row-level security refused a write (a row of another tenant, or ownerless work
     for a tenant key): the key may not do this."""
@@ -189,6 +204,7 @@ async def _not_allowed(request: Request, exc: Exception) -> JSONResponse:
 
 def install(app: FastAPI) -> None:
     app.add_exception_handler(asyncpg.InsufficientPrivilegeError, _not_allowed)
+    app.add_exception_handler(asyncpg.QueryCanceledError, _statement_cancelled)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     for exc_class in (DatabaseUnavailable, *DATABASE_GONE):

@@ -102,6 +102,9 @@ def _complete_operation(path: str, method: str, op: dict[str, Any], settings: Se
                                      "Authorization: Bearer <API key>")
         _add_error(responses, "403", "forbidden: the key may not do this (another account's row, "
                                      "or an admin-only route)")
+        _add_error(responses, "503", "statement_timeout: a statement ran past TENANT_STATEMENT_TIMEOUT_SECONDS "
+                                     "and the request was rolled back; see Retry-After")
+        responses["503"].setdefault("headers", {}).update(RETRY_AFTER)
     if path == TRIGGER_PATH:
         op["security"] = [{"cronSecret": []}]
         for param in op.get("parameters", []):

@@ -59,13 +59,19 @@ async def act_as_default(conn: asyncpg.Connection, actor: Actor = SYSTEM) -> Non
     await conn.execute(query("act_as_default"), actor.kind, actor.id)
 
 
-async def enter_tenant(conn: asyncpg.Connection, actor: Actor) -> None:
+async def enter_tenant(conn: asyncpg.Connection, actor: Actor, *,
+                       statement_timeout_ms: int | None = None) -> None:
     """Inside a transaction: become skiplock_api (skiplock_admin for an admin), presenting
-    `actor`'s key. Without a key there is no tenant to enter."""
+    `actor`'s key; with `statement_timeout_ms`, each statement of the rest of the
+    transaction is cancelled after that long (asyncpg.QueryCanceledError). Without a key
+    there is no tenant to enter."""
     if actor.key is None or actor.kind not in ("user", "admin"):
         raise ValueError("a tenant transaction needs a user or admin actor with its API key "
                          "(app.engine.accounts.authenticate makes one)")
-    await conn.execute(query("act_as_tenant"), actor.kind, actor.id, actor.key.prefix, actor.key.digest)
+    if statement_timeout_ms is not None and statement_timeout_ms < 1:
+        raise ValueError("statement_timeout_ms must be at least 1 (None: keep the one in force)")
+    await conn.execute(query("act_as_tenant"), actor.kind, actor.id, actor.key.prefix, actor.key.digest,
+                       None if statement_timeout_ms is None else str(statement_timeout_ms))
 
 
 @asynccontextmanager

@@ -156,6 +156,41 @@ async def test_two_tenants_sharing_server_sessions_see_only_their_own(pool, dsn,
         await app.state.runtime.close()
 
 
+async def test_a_tenant_statement_timeout_stays_in_its_transaction_behind_the_pooler(pool, dsn, pooled_dsn):
+    """TENANT_STATEMENT_TIMEOUT_SECONDS is set transaction-locally: through the pooler, a
+    tenant's request held on a row lock is cut at the limit (503 statement_timeout), and
+    plain clients sharing the two server sessions with many limited tenant transactions
+    (a run, say) never find the limit on theirs."""
+    alice, alice_jobs = await _tenant(pool, "alice@a.example")
+    job = next(iter(alice_jobs))
+    app = create_app(pooled_settings(pooled_dsn, dsn, tenant_statement_timeout_seconds=0.2), stages=BOTH)
+    raw = await create_pool(pooled_dsn, 4, pooled=True)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            async with pool.acquire() as holder, holder.transaction():  # straight to the server
+                await holder.execute("SELECT 1 FROM jobs WHERE id = $1::uuid FOR UPDATE", job)
+                cut = await asyncio.wait_for(client.post(f"/jobs/{job}/cancel", headers=alice), 10)
+            assert cut.status_code == 503 and cut.json()["error"]["code"] == "statement_timeout", cut.text
+
+            async def tenant_read():
+                r = await client.get("/jobs", headers=alice)
+                assert r.status_code == 200, r.text
+
+            async def plain_session():
+                return await raw.fetchval("SHOW statement_timeout")
+
+            calls = []
+            for _ in range(15):
+                calls += [tenant_read(), plain_session()]
+            seen = {r for r in await asyncio.gather(*calls) if r is not None}
+            assert seen == {"0"}
+            cancelled = await client.post(f"/jobs/{job}/cancel", headers=alice)
+            assert cancelled.status_code == 200, cancelled.text
+    finally:
+        await raw.close()
+        await app.state.runtime.close()
+
+
 async def test_migrations_go_direct_and_are_safe_behind_the_pooler_too(pg_server, pgbouncer):
     """`python -m app migrate` uses DATABASE_DIRECT_URL; a migrate through the pooler at the
     same moment is safe as well (its lock is transaction-scoped), and the app then serves
