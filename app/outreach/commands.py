@@ -4,7 +4,7 @@
                                                      owner's campaign on URL if there is one)
     campaign ls [--status S] [--limit N] [--json]    campaigns, newest first, as a table
     campaign pause ID / campaign resume ID           stop / restart claiming its jobs
-    contacts CAMPAIGN_ID [--drafts]                  what the pipeline found, as a table
+    contacts CAMPAIGN_ID [--limit N] [--drafts]      what the pipeline found, as a table
     plan set EMAIL PLAN                              a user's plan (the user is made if new)
 
 Changes are made as the actor `system`/`cli`, so the audit log says where they came from.
@@ -30,7 +30,6 @@ from app.outreach.urls import path_of
 from app.plugin import CommandError, CommandFailed
 from app.whole_numbers import whole_number
 
-CONTACTS_PAGE = 500
 LIST_LIMIT = 100
 CLI_ACTOR = Actor("system", "cli")
 
@@ -55,6 +54,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         cs.set_defaults(handler=campaign_set_status, status=status)
     k = sub.add_parser("contacts", help="the contacts a campaign's pipeline found, as a table")
     k.add_argument("campaign_id", help="the campaign id (a uuid)")
+    k.add_argument("--limit", type=_positive, default=LIST_LIMIT,
+                   help=f"at most this many, the first found first (default {LIST_LIMIT})")
     k.add_argument("--drafts", action="store_true", help="print each contact's drafted message too")
     k.set_defaults(handler=contacts)
     p = sub.add_parser("plan", help="users' plans (the example's: priority, allowances, limits)")
@@ -159,27 +160,25 @@ async def contacts(args, settings, dsn: str) -> str:
         campaign = await get_campaign(conn, campaign_id)
         if campaign is None:
             raise CommandFailed(f"no campaign with id {campaign_id}")  # exit 1, as `jobs show`
-        found, after = [], None
-        while True:  # keyset pages, so a big campaign is never one huge query
-            page = await list_contacts(conn, campaign_id, after=after, limit=CONTACTS_PAGE)
-            found += page
-            if len(page) < CONTACTS_PAGE:
-                break
-            after = (page[-1]["created_at"], page[-1]["id"])
+        # one more than asked for says whether there are more: one bounded query, however
+        # many contacts a campaign has
+        found = await list_contacts(conn, campaign_id, limit=args.limit + 1)
     finally:
         await conn.close()
+    shown = found[:args.limit]
     owner = campaign["owner"] or "no owner"
     head = [printable(f"{campaign['url']}  ({campaign['plan']} plan, {owner}, {campaign['status']})"),
-            f"{len(found)} contacts, {campaign['drafts']} drafts; "
+            f"{campaign['contacts']} contacts, {campaign['drafts']} drafts; "
             f"pages: {campaign['pages_fetched']} fetched, {campaign['pages_queued']} queued"]
-    if not found:
+    if not shown:
         return "\n".join(head + ["", "No contacts yet: the pipeline finds them as it crawls."])
     rows = [["KIND", "CONTACT", "FOUND ON", "DRAFT"]]
     rows += [[c["kind"], c["value"], path_of(c["page_url"]), "written" if c["draft_id"] else "queued"]
-             for c in found]
-    out = head + ["", _table(rows)]
+             for c in shown]
+    more = [f"(the first {args.limit} of {campaign['contacts']}; --limit for more)"] if len(found) > args.limit else []
+    out = head + ["", _table(rows), *more]
     if args.drafts:
-        for c in found:
+        for c in shown:
             if c["draft"]:
                 # a draft is written from the crawled site's own words: its lines stay, its escapes do not
                 out += ["", printable(f"--- {c['value']} ({c['draft_model']})"), printable(c["draft"], keep="\n")]

@@ -7,12 +7,14 @@ import json
 import pytest
 
 from app.outreach.campaigns import seed_demo
+from tests import factories as f
 from app.outreach.sample import sample_site_app
 from tests.outreach.conftest import reachable, run
 from tests.outreach.servers import ServerThread
 from tests.test_migrate_cli import cli, one_line_error
 
 EXAMPLE = {"PIPELINE_PLUGINS": "app.outreach.plugin:PLUGIN"}
+CAMPAIGN = "00000000-0000-0000-0000-000000000007"
 
 
 async def test_campaign_add_creates_the_owner_on_the_plan_and_queues_the_brief(dsn, pool):
@@ -40,6 +42,13 @@ async def test_campaign_add_creates_the_owner_on_the_plan_and_queues_the_brief(d
     (["campaign", "add", "https://"], "has no host"),
     (["campaign", "add", "https://ok.example", "--owner", "nobody"], "is not an e-mail address"),
     (["contacts", "42"], "is not a campaign id"),
+    (["contacts", CAMPAIGN, "--limit", "0"], "argument --limit: must be a whole number from 1 to 10000"),
+    (["contacts", CAMPAIGN, "--limit", "10001"], "argument --limit: must be a whole number from 1 to 10000"),
+    (["contacts", CAMPAIGN, "--limit", "ten"], "argument --limit: must be a whole number from 1 to 10000"),
+    (["contacts", CAMPAIGN, "--limit", "\u00b2"], "argument --limit: must be a whole number from 1 to 10000"),
+    (["contacts", CAMPAIGN, "--limit", "9" * 40], "argument --limit: must be a whole number from 1 to 10000"),
+    (["contacts", CAMPAIGN, "--limit=-1"], "argument --limit: must be a whole number from 1 to 10000"),
+    (["contacts", CAMPAIGN, "--limit", "-1"], "argument --limit: must be a whole number from 1 to 10000"),
 ])
 async def test_bad_input_is_one_line_and_nothing_is_made(dsn, pool, args, needle):
     one_line_error(cli(*args, env=EXAMPLE, dsn=dsn), needle)
@@ -85,6 +94,46 @@ async def test_contacts_prints_a_table(dsn, pool):
     assert {r[-1] for r in rows} == {"written"}
     assert ["email", "press@northwind.test", "/press.html", "written"] in rows
     assert "--- press@northwind.test (template)" in out.stdout and "Hi there," in out.stdout
+
+
+async def _campaign_with_contacts(pool, n: int):
+    """A campaign with `n` contacts found a millisecond apart (c000 first), each drafted."""
+    cid = await f.campaign(pool, None, name="many")
+    page = await pool.fetchval("INSERT INTO pages (campaign_id, url) VALUES ($1, 'https://many.example/') "
+                               "RETURNING id", cid)
+    await pool.execute(
+        "INSERT INTO contacts (campaign_id, kind, value, page_id, page_url, created_at) "
+        "SELECT $1, 'email', format('c%s@many.example', lpad(i::text, 3, '0')), $2, 'https://many.example/team', "
+        "now() - interval '1 hour' + i * interval '1 millisecond' FROM generate_series(0, $3 - 1) i", cid, page, n)
+    await pool.execute("INSERT INTO drafts (campaign_id, contact_id, body, model) "
+                       "SELECT campaign_id, id, 'Hi ' || value, 'template' FROM contacts WHERE campaign_id = $1", cid)
+    return cid
+
+
+def _listed(out) -> list[str]:
+    """The CONTACT column of `contacts`'s table."""
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("KIND"))
+    return [line.split()[1] for line in lines[header + 1:] if line.startswith("email ")]
+
+
+async def test_contacts_lists_at_most_limit_the_first_found_first(dsn, pool):
+    cid = await _campaign_with_contacts(pool, 105)
+    everyone = [f"c{i:03d}@many.example" for i in range(105)]
+
+    default = cli("contacts", str(cid), dsn=dsn)
+    assert _listed(default) == everyone[:100]
+    assert default.stdout.splitlines()[1].startswith("105 contacts, 105 drafts")  # the count is the campaign's
+    assert default.stdout.rstrip().endswith("(the first 100 of 105; --limit for more)")
+
+    three = cli("contacts", str(cid), "--limit", "3", "--drafts", dsn=dsn)
+    assert _listed(three) == everyone[:3]
+    assert "(the first 3 of 105; --limit for more)" in three.stdout
+    assert three.stdout.count("--- c") == 3  # only the listed contacts' drafts
+
+    every = cli("contacts", str(cid), "--limit=0105", dsn=dsn)
+    assert _listed(every) == everyone and "--limit for more" not in every.stdout
 
 
 def _hostile_site():
