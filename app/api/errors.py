@@ -188,11 +188,15 @@ async def _statement_cancelled(request: Request, exc: Exception) -> JSONResponse
     database less busy, so 503 with Retry-After, not a 500."""
     seconds = request.app.state.runtime.settings.tenant_statement_timeout_seconds
     log.warning("statement cancelled on %s %s: %s", request.method, request.url.path, exc)
-    limit = f" (the limit is {seconds:g} s a statement)" if seconds else ""
-    return error_response(503, "statement_timeout",
-                          f"the database cancelled this request's work before it finished{limit}; it was "
-                          "rolled back, so nothing changed: try again shortly, or ask for less at once",
+    return error_response(503, "statement_timeout", statement_timeout_message(seconds, "request"),
                           headers={"Retry-After": str(max(1, math.ceil(seconds)))})
+
+
+def statement_timeout_message(seconds: float, what: str) -> str:
+    """The one sentence for a statement PostgreSQL cancelled, a request's or a stream's."""
+    limit = f" (the limit is {seconds:g} s a statement)" if seconds else ""
+    return (f"the database cancelled this {what}'s work before it finished{limit}; it was "
+            "rolled back, so nothing changed: try again shortly, or ask for less at once")
 
 
 async def _not_allowed(request: Request, exc: Exception) -> JSONResponse:

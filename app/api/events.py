@@ -19,12 +19,14 @@ import time
 from collections import Counter
 from typing import Any
 
+import asyncpg
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from app.api.auth import statement_timeout_ms
 from app.api.deps import owner_pool_of, pool_of, tenant_pool_of
-from app.api.errors import ApiError
+from app.api.errors import ApiError, statement_timeout_message
 from app.api.pagination import parse_limit, single
 from app.api.params import only_params
 from app.engine import events as store
@@ -181,8 +183,14 @@ async def events_ws(ws: WebSocket) -> None:
         pool = await tenant_pool_of(ws, actor)
     except DatabaseUnavailable as exc:
         return await _refuse(ws, 1011, exc.code, str(exc))
-    async with tenant_transaction(pool, actor) as conn:
-        readable = await store.room_readable(conn, room)
+    # a stream's reads are a tenant's requests too: held on a lock, they held a tenant
+    # connection for as long as the lock lasted, past the limit every other route has
+    limit = statement_timeout_ms(ws.app.state.runtime.settings, actor)
+    try:
+        async with tenant_transaction(pool, actor, statement_timeout_ms=limit) as conn:
+            readable = await store.room_readable(conn, room)
+    except asyncpg.QueryCanceledError:
+        return await _statement_cancelled(ws)
     if not readable:
         return await _refuse(ws, 4404, "not_found", f"no room {room} that this key can read", {"room": room})
 
@@ -196,7 +204,7 @@ async def events_ws(ws: WebSocket) -> None:
                              "(one stream per room you show is enough)", {"limit": STREAMS_PER_KEY})
     streams[actor.key.prefix] += 1
     try:
-        await _stream(ws, pool, actor, room, after, key_still_valid)
+        await _stream(ws, pool, actor, limit, room, after, key_still_valid)
     except WebSocketDisconnect:
         pass
     finally:
@@ -246,14 +254,22 @@ class _Follower:
             raise WebSocketDisconnect(1006) from exc
 
 
-async def _stream(ws: WebSocket, pool, actor: Actor, room: str, after: int, key_still_valid) -> None:
+async def _statement_cancelled(ws: WebSocket) -> None:
+    """The stream's statement ran past TENANT_STATEMENT_TIMEOUT_SECONDS: 1011, as the
+    HTTP routes' 503 statement_timeout, and the client reconnects from its last seq."""
+    seconds = ws.app.state.runtime.settings.tenant_statement_timeout_seconds
+    await _refuse(ws, 1011, "statement_timeout", statement_timeout_message(seconds, "stream"))
+
+
+async def _stream(ws: WebSocket, pool, actor: Actor, limit: int | None, room: str, after: int,
+                  key_still_valid) -> None:
     settings = ws.app.state.runtime.settings
     hub = event_hub(ws.app)
     follower = _Follower(ws, key_still_valid)
     closed = follower.closed
     try:
         async with hub.subscribe(room, after) as sub:
-            await _catch_up(follower, pool, actor, sub, settings.events_replay)
+            await _catch_up(follower, pool, actor, limit, sub, settings.events_replay)
             await follower.send({"type": "live", "room": room, "seq": sub.cursor})
             catch_up_due = False
             while not closed.done():
@@ -261,7 +277,7 @@ async def _stream(ws: WebSocket, pool, actor: Actor, room: str, after: int, key_
                 # room's key is asked for here, a busy one's as its events are sent
                 await follower.check_key()
                 if catch_up_due:
-                    await _catch_up(follower, pool, actor, sub, settings.events_replay)
+                    await _catch_up(follower, pool, actor, limit, sub, settings.events_replay)
                     catch_up_due = False
                 waiting = asyncio.create_task(sub.wait())
                 done, _ = await asyncio.wait({waiting, closed}, timeout=RECHECK_SECONDS,
@@ -283,14 +299,18 @@ async def _stream(ws: WebSocket, pool, actor: Actor, room: str, after: int, key_
         await _refuse(ws, 4401, "unauthorized", "this API key was revoked")
     except asyncio.TimeoutError:
         await _refuse(ws, 1011, "unavailable", "the event listener could not reach the database; try again")
+    except asyncpg.QueryCanceledError:
+        await _statement_cancelled(ws)
     finally:
         closed.cancel()
 
 
-async def _catch_up(follower: _Follower, pool, actor: Actor, sub: Subscription, window: int) -> None:
-    """Read from the database (as the tenant) until the room's head, gap first if due."""
+async def _catch_up(follower: _Follower, pool, actor: Actor, limit: int | None, sub: Subscription,
+                    window: int) -> None:
+    """Read from the database (as the tenant, each statement under `limit` ms) until the
+    room's head, gap first if due."""
     while True:
-        async with tenant_transaction(pool, actor) as conn:
+        async with tenant_transaction(pool, actor, statement_timeout_ms=limit) as conn:
             page = await store.read_after(conn, sub.room, sub.cursor, window, CATCH_UP_PAGE)
         if page.gap is not None:  # a key revoked since reads its room as empty: no gap, a 4401
             await follower.check_key(now=True)

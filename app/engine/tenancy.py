@@ -75,10 +75,12 @@ async def enter_tenant(conn: asyncpg.Connection, actor: Actor, *,
 
 
 @asynccontextmanager
-async def tenant_transaction(pool, actor: Actor) -> AsyncIterator[asyncpg.Connection]:
-    """A connection in a transaction that sees only `actor`'s rows (all rows for an admin)."""
+async def tenant_transaction(pool, actor: Actor, *,
+                             statement_timeout_ms: int | None = None) -> AsyncIterator[asyncpg.Connection]:
+    """A connection in a transaction that sees only `actor`'s rows (all rows for an admin),
+    each statement limited as enter_tenant's `statement_timeout_ms` says."""
     async with pool.acquire() as conn, conn.transaction():
-        await enter_tenant(conn, actor)
+        await enter_tenant(conn, actor, statement_timeout_ms=statement_timeout_ms)
         yield conn
 
 

@@ -254,3 +254,25 @@ async def test_a_websocket_on_a_refused_tenant_login_is_closed_not_served(pool, 
     async with connect(f"ws://{host}/events/ws?room=system",
                        additional_headers={"Authorization": f"Bearer {admin.key}"}) as ws:
         assert (await _recv(ws))["type"] in ("live", "gap", "jobs.created", "run.started")
+
+
+@pytest.mark.parametrize("locked", ["lanes", "event_rooms"])  # the room check; the replay
+async def test_a_stream_held_on_a_lock_is_cut_at_the_tenant_statement_limit(pool, serve, tenants, locked):
+    """A stream's reads are a tenant's statements too: they ran with no limit, so a
+    socket held on a lock kept its tenant connection for as long as the lock lasted (ten
+    per key), where every HTTP route is cut at TENANT_STATEMENT_TIMEOUT_SECONDS."""
+    a, _, _ = tenants
+    await person_enqueues(pool, a.lane)
+    _, host = await serve(tenant_statement_timeout_seconds=0.2)
+    follow = f"ws://{host}/events/ws?room=lane:{a.lane}"
+    async with pool.acquire() as holder, holder.transaction():
+        await holder.execute(f"LOCK TABLE {locked} IN ACCESS EXCLUSIVE MODE")
+        async with connect(follow, additional_headers={"Authorization": f"Bearer {a.key}"}) as ws:
+            message = json.loads(await asyncio.wait_for(ws.recv(), 3))  # not for as long as the lock
+            assert message["type"] == "error" and message["error"]["code"] == "statement_timeout", message
+            assert "0.2 s a statement" in message["error"]["message"]
+            with pytest.raises(ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), WAIT)
+            assert ws.close_code == 1011
+    async with connect(follow, additional_headers={"Authorization": f"Bearer {a.key}"}) as ws:
+        assert (await _recv(ws))["seq"] == 1  # the lock gone, the same stream replays
