@@ -255,6 +255,23 @@ async def _room_to_wait(request: Request, db) -> None:
                            "they run", {"waiting": waiting, "limit": most})
 
 
+async def _stage_takes_it_again(request: Request, db, job_id: uuid.UUID) -> None:
+    """A retry queues a failed job again, so its stage's `accepts` is asked as at an
+    enqueue (422 job_refused). Jobs queued before a stage refused what they name, or by a
+    producer that does not ask, were retried again and again, each claimed only to fail
+    (and a retry's new finished_at kept them from ever being pruned)."""
+    row = await job_admin.get_job(db, job_id)
+    if row is None or row["status"] != "failed":
+        return  # the retry itself answers: 404, 409 job_not_failed
+    stage = stage_of(request, row["type"])
+    if stage is None or stage.accepts is None:
+        return
+    if not isinstance(row["payload"], dict):  # stored by SQL of someone's own: no hook reads it
+        raise ApiError(422, "job_refused", f"job {job_id}'s payload is not a JSON object; its stage "
+                                           f"{stage.type!r} cannot take it", {"location": "job.payload"})
+    await accepted_job(db, stage, row["lane"], row["payload"], ("job", "payload"))
+
+
 async def _current(pool, job_id: uuid.UUID):
     row = await job_admin.get_job(pool, job_id)
     if row is None:
@@ -266,15 +283,19 @@ async def _current(pool, job_id: uuid.UUID):
              dependencies=[Depends(only_params())],
              responses={**_NOT_FOUND, 409: {"description": "job_not_failed, or dedupe_key_taken: another "
                                                            "open job has its dedupe key"},
+                        422: {"description": "job_refused: its stage will not have what the job's payload "
+                                             "names (asked as at an enqueue)"},
                         429: {"description": "waiting_jobs_limit: TENANT_WAITING_JOBS_MAX jobs already "
                                              "wait in this account's lanes"}})
 async def retry_job(job_id: uuid.UUID, request: Request) -> JSONResponse:
     """A failed job (cancelled ones included) back to pending, due now, with its attempts
     reset to zero. last_error keeps the reason it had failed. A retry makes a job wait
     again, so a tenant's key retries while fewer than TENANT_WAITING_JOBS_MAX wait (429
-    waiting_jobs_limit), as it enqueues: cancelling and retrying refilled past the cap."""
+    waiting_jobs_limit), as it enqueues: cancelling and retrying refilled past the cap. Its
+    stage's `accepts` is asked too (422 job_refused), as at an enqueue."""
     pool = await pool_of(request)
     await _room_to_wait(request, pool)
+    await _stage_takes_it_again(request, pool, job_id)
     try:
         row = await job_admin.retry_job(pool, job_id)
     except job_admin.DedupeKeyTaken:

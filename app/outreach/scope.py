@@ -11,8 +11,8 @@ that does not exist, and the job fails for good (FailJob, no retries) saying
 campaign_id in it is ignored. A job with no campaign touches no campaign row at all.
 A crawl by URL must also stay on its campaign's site (campaigns.url, by `same_site`).
 
-Where people enqueue (the API, the CLI, a batch) the same rule comes first, as the
-stages' `accepts` hooks: a page or contact id that is not the lane's campaign's is
+Where people enqueue (the API, the CLI, a batch, an API retry) the same rule comes
+first, as the stages' `accepts` hooks: a page or contact id that is not the lane's campaign's is
 refused there with one answer whether it exists elsewhere or not, so a flood of them is
 never queued (each would be claimed ahead of every tenant's crawls only to fail).
 """
@@ -51,24 +51,30 @@ def not_in_campaign(what: str, row_id: uuid.UUID) -> FailJob:
     return FailJob(f"{what} {row_id} is not in this job's campaign")
 
 
-async def _must_be_the_campaigns(db, sql: str, what: str, row_id: str, lane: uuid.UUID) -> None:
+async def _must_be_the_campaigns(db, sql: str, what: str, row_id: Any, lane: uuid.UUID) -> None:
     """Refuses the job unless `sql` finds the row in the lane's campaign. `db` is the
-    enqueuer's: over the API the tenant's, where another tenant's row is not found at all."""
+    enqueuer's: over the API the tenant's, where another tenant's row is not found at all.
+    A retry asks about a payload as stored, which no model may have checked (one the
+    pipeline or an older version queued): an id that is no UUID is refused too."""
     if lane == DEFAULT_LANE:
         raise JobRefused("this job has no campaign: name the campaign's id as its lane")
-    if not await db.fetchval(sql, uuid.UUID(row_id), lane):
+    try:
+        row_uuid = uuid.UUID(str(row_id))
+    except ValueError:
+        raise JobRefused(f"{what}_id {str(row_id)[:100]!r} is not a {what} id (a UUID)") from None
+    if not await db.fetchval(sql, row_uuid, lane):
         raise JobRefused(f"{what} {row_id} is not in campaign {lane}", {f"{what}_id": row_id})
 
 
 async def page_of_the_campaign(db, lane: uuid.UUID, payload: dict[str, Any]) -> None:
     """Stage.accepts of extract: the page is the campaign's."""
-    await _must_be_the_campaigns(db, query("page_in_campaign"), "page", payload["page_id"], lane)
+    await _must_be_the_campaigns(db, query("page_in_campaign"), "page", payload.get("page_id"), lane)
 
 
 async def crawl_of_the_campaign(db, lane: uuid.UUID, payload: dict[str, Any]) -> None:
     """Stage.accepts of crawl: a page_id is the campaign's, a URL is on the campaign's
     site (what the handler would refuse after a claim is refused before the queue)."""
-    if payload.get("page_id") is not None:
+    if payload.get("page_id"):  # as the handler reads it (crawl.py's _page_for)
         await _must_be_the_campaigns(db, query("page_in_campaign"), "page", payload["page_id"], lane)
         return
     if lane == DEFAULT_LANE:
@@ -76,13 +82,13 @@ async def crawl_of_the_campaign(db, lane: uuid.UUID, payload: dict[str, Any]) ->
     campaign = await db.fetchrow(query("campaign_site"), lane)
     site = (campaign["url"] or "") if campaign else ""
     try:
-        on_site = bool(site) and same_site(normalize_url(payload["url"]), site)
+        on_site = bool(site) and same_site(normalize_url(payload.get("url")), site)
     except BadUrl:  # the payload's model checked the URL already; refused the same way
         on_site = False
     if not on_site:
-        raise JobRefused(f"{payload['url']} is not on campaign {lane}'s site", {"site": site or None})
+        raise JobRefused(f"{str(payload.get('url'))[:200]} is not on campaign {lane}'s site", {"site": site or None})
 
 
 async def contact_of_the_campaign(db, lane: uuid.UUID, payload: dict[str, Any]) -> None:
     """Stage.accepts of draft: the contact is the campaign's."""
-    await _must_be_the_campaigns(db, query("contact_in_campaign"), "contact", payload["contact_id"], lane)
+    await _must_be_the_campaigns(db, query("contact_in_campaign"), "contact", payload.get("contact_id"), lane)

@@ -64,7 +64,9 @@ class Stage:
                     (a stage early in the order would hold every later stage's claims
                     back while the copies drain). Use the key the stage's own enqueues use.
     accepts:        async (db, lane, payload) where people enqueue (the API, the CLI, a
-                    batch), once the payload fits: raise JobRefused(message) to refuse the
+                    batch), once the payload fits, and at an API retry of a failed job on
+                    its payload as stored (no model may have checked it: read it with
+                    care): raise JobRefused(message) to refuse the
                     job (a 422 job_refused; the CLI's one line, exit 2). db is the
                     enqueuer's own transaction, an API request's as its tenant, so
                     row-level security hides other tenants' rows: "not found" is also

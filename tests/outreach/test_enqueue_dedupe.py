@@ -157,3 +157,42 @@ async def test_the_cli_enqueues_with_the_stages_key(dsn, pool, api):
         assert out.returncode == 2 and out.stderr == (f"error: the 'extract' stage refuses this job: page {named} "
                                                       f"is not in campaign {lane}\n"), out.stderr
     assert await pool.fetchval("SELECT count(*) FROM jobs WHERE type = 'extract'") == 1
+
+
+async def _failed(pool, lane: str, type_: str, payload) -> str:
+    """A failed job in `lane`, queued the way a producer that does not ask the stage does
+    (an older version of the API, the pipeline, SQL), as its handler left it."""
+    return str(await pool.fetchval(
+        "INSERT INTO jobs (type, lane, payload, status, attempts, finished_at, last_error) "
+        "VALUES ($1, $2::uuid, $3, 'failed', 1, now(), 'is not in this job''s campaign') RETURNING id",
+        type_, lane, payload))
+
+
+async def test_a_retry_is_asked_what_an_enqueue_is(api, pool):
+    """POST /jobs/{id}/retry queues a failed job again but did not ask its stage: the
+    flood's jobs, queued before the stages refused them, could be retried again and again,
+    each claimed ahead of every tenant's crawls only to fail (and, finished anew, never
+    pruned). A job its stage takes is retried as before."""
+    mallory, lane = await _tenant(api, pool, "mallory@example.com", "https://mallory.example")
+    _, anns = await _tenant(api, pool, "ann@example.com", "https://ann.example")
+    hers = await _page(pool, anns, "https://ann.example/")
+    doomed = {
+        "another campaign's page": await _failed(pool, lane, "extract", {"page_id": hers}),
+        "a made-up contact": await _failed(pool, lane, "draft", {"contact_id": str(uuid.uuid4())}),
+        "a URL off the site": await _failed(pool, lane, "crawl", {"url": "https://ann.example/"}),
+        "no UUID at all": await _failed(pool, lane, "extract", {"page_id": "nope"}),
+        "no payload object": await _failed(pool, lane, "draft", ["x"]),
+    }
+    for why, job in doomed.items():
+        r = await api.post(f"/jobs/{job}/retry", headers=mallory)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "job_refused", (why, r.text)
+        assert r.json()["error"]["details"]["location"] == "job.payload", (why, r.text)
+        if why == "another campaign's page":
+            assert r.json()["error"]["message"] == f"page {hers} is not in campaign {lane}"
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE status = 'failed'") == len(doomed)
+
+    own = await _failed(pool, lane, "extract", {"page_id": await _page(pool, lane, "https://mallory.example/")})
+    r = await api.post(f"/jobs/{own}/retry", headers=mallory)
+    assert r.status_code == 200 and r.json()["status"] == "pending", r.text
+    again = await api.post(f"/jobs/{own}/retry", headers=mallory)  # not failed: the retry's own answer
+    assert again.status_code == 409 and again.json()["error"]["code"] == "job_not_failed", again.text
