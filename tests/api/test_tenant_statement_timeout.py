@@ -120,3 +120,23 @@ async def test_a_cron_run_is_not_limited_after_tenant_requests_on_its_pool(make_
     assert r.status_code == 200, r.text
     assert slept == ["0"]  # pg_sleep's void is '', then the limit in force: none
     assert await pool.fetchval("SELECT status FROM jobs WHERE type = 'slow'") == "done"
+
+
+async def test_a_cancelled_hook_cut_at_the_limit_answers_the_limits_503(make_client, pool, dsn):
+    """A stage's `cancelled` hook runs in the tenant's cancel (the example's refund of a
+    draft's credit): its statement cut at the limit was wrapped as the hook's failure, a
+    500 hook_failed with a traceback in the log, where every other cut statement is a 503."""
+    async def reads_runs(job, ctx) -> None:
+        await ctx.db.fetchval("SELECT count(*) FROM runs")
+
+    stage = Stage(type="record", handler=Recorder().handle, cancelled=reads_runs)
+    client = await make_client(make_settings(dsn, tenant_statement_timeout_seconds=LIMIT),
+                               stages=[stage], api_key=False)
+    ann, job = await _tenant_with_a_pending_job(pool)
+    async with pool.acquire() as holder, holder.transaction():
+        await holder.execute("LOCK TABLE runs IN ACCESS EXCLUSIVE MODE")  # only the hook reads it
+        r = await asyncio.wait_for(client.post(f"/jobs/{job}/cancel", headers=ann), BOUND)
+    assert_error(r, 503, "statement_timeout")
+    assert await pool.fetchval("SELECT status FROM jobs WHERE id = $1", job) == "pending"
+    again = await client.post(f"/jobs/{job}/cancel", headers=ann)
+    assert again.status_code == 200 and again.json()["lastError"] == "cancelled", again.text
