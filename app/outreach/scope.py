@@ -12,9 +12,10 @@ campaign_id in it is ignored. A job with no campaign touches no campaign row at 
 A crawl by URL must also stay on its campaign's site (campaigns.url, by `same_site`).
 
 Where people enqueue (the API, the CLI, a batch, an API retry) the same rule comes
-first, as the stages' `accepts` hooks: a page or contact id that is not the lane's campaign's is
-refused there with one answer whether it exists elsewhere or not, so a flood of them is
-never queued (each would be claimed ahead of every tenant's crawls only to fail).
+first, as the stages' `accepts` hooks: a page or contact id that is not the lane's
+campaign's is refused there with one answer whether it exists elsewhere or not, so a
+flood of them is never queued (each would be claimed ahead of every tenant's crawls only
+to fail).
 """
 
 from __future__ import annotations
