@@ -64,7 +64,10 @@ WITH done AS (
     -- statement commits. (The index orders tied lanes by their oldest pending job,
     -- which is their oldest ready one unless the lane holds a deferred job older than its
     -- ready work, e.g. a retry waiting out its backoff; `slots` uses the probe's head.)
-    SELECT l.lane, l.pending, l.served, l.priority, h.created_at AS head_at
+    SELECT l.lane, l.pending, l.served, l.priority, h.created_at AS head_at,
+           -- the lane's stale jobs come first in its order: counted once here, not for
+           -- each of the lane's slots below (up to $2 each)
+           (SELECT count(*) FROM stale s WHERE s.lane = l.lane) AS stale_n
     FROM job_lanes l
     CROSS JOIN LATERAL (
         SELECT j.created_at FROM jobs j
@@ -85,7 +88,7 @@ WITH done AS (
     FROM stale s
     UNION ALL
     SELECT h.lane, NULL, h.priority,
-           h.served + coalesce((SELECT count(*) FROM stale s WHERE s.lane = h.lane), 0) + k,
+           h.served + h.stale_n + k,
            h.head_at
     FROM heads h
     CROSS JOIN LATERAL generate_series(1, least(h.pending, $2)) AS k
