@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import timedelta
 from collections import Counter
 
 from app.engine import jobs as q
@@ -303,6 +304,22 @@ async def test_stale_reclaims_follow_the_lane_order(pool):
     # pro's stale job, standard's fresh one, then free's, whose lease expired first
     assert [j.lane for j in order] == [c_pro, c_std, c_free]
     assert [j.attempts for j in order] == [2, 1, 2]
+
+
+async def test_a_lanes_stale_jobs_weigh_before_its_ready_ones(pool):
+    owner = await f.user(pool, "standard")
+    a, b = [await f.campaign(pool, owner) for _ in range(2)]
+    lease = f.lease(seconds=60)
+    dead = await f.jobs(pool, "t", 2, lane=a)  # an hour old, held by a run that died: a has served 2
+    for job in await q.claim(pool, lease, await f.run(pool), 2):
+        await f.age_lock(pool, job.id, 120)
+    now = await pool.fetchval("SELECT now()")
+    await f.jobs(pool, "t", 2, lane=a, start=now - timedelta(minutes=20))
+    b_jobs = await f.jobs(pool, "t", 4, lane=b, start=now - timedelta(minutes=30))
+    claimed = await q.claim(pool, lease, await f.run(pool), 5)
+    # a's stale jobs weigh 2 + 1 and 2 + 2, its ready ones 2 + 2 + 1 and on; b's 1, 2, 3, 4.
+    # The lightest five, ties to the older job: b's first three and a's two stale ones.
+    assert {j.id for j in claimed} == set(dead) | set(b_jobs[:3])
 
 
 async def test_two_claims_at_once_over_many_tied_lanes_share_nothing_and_neither_is_empty(pool):
