@@ -140,3 +140,19 @@ async def test_a_cancelled_hook_cut_at_the_limit_answers_the_limits_503(make_cli
     assert await pool.fetchval("SELECT status FROM jobs WHERE id = $1", job) == "pending"
     again = await client.post(f"/jobs/{job}/cancel", headers=ann)
     assert again.status_code == 200 and again.json()["lastError"] == "cancelled", again.text
+
+
+async def test_a_cancel_whose_hook_loses_its_connection_answers_503(make_client, pool, dsn):
+    """The same hook's connection cut by the server (an operator's pg_terminate_backend, a
+    failover) is the database gone, as anywhere else in a request: 503, not the hook's 500."""
+    async def cut_off(job, ctx) -> None:
+        pid = await ctx.db.fetchval("SELECT pg_backend_pid()")
+        await pool.execute("SELECT pg_terminate_backend($1, 5000)", pid)
+        await ctx.db.fetchval("SELECT 1")
+
+    stage = Stage(type="record", handler=Recorder().handle, cancelled=cut_off)
+    client = await make_client(make_settings(dsn), stages=[stage], api_key=False)
+    ann, job = await _tenant_with_a_pending_job(pool)
+    r = await asyncio.wait_for(client.post(f"/jobs/{job}/cancel", headers=ann), BOUND)
+    assert_error(r, 503, "database_unavailable")
+    assert await pool.fetchval("SELECT status FROM jobs WHERE id = $1", job) == "pending"
