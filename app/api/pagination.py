@@ -37,6 +37,9 @@ Keyset = tuple[datetime, uuid.UUID]
 _BUILTIN_KEY = b"skiplock-cursor-v1"
 _B64 = re.compile(r"^[A-Za-z0-9_-]+$")
 MAX_CURSOR_LENGTH = 512
+# A page's items stop before this many bytes of JSON: 200 jobs of 64 KiB payloads were a
+# 13 MB answer, more than AWS Lambda sends back (6 MB) and a lot to hold for one request.
+PAGE_MAX_BYTES = 4 * 1024 * 1024
 CURSOR_PATTERN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
 
 
@@ -131,13 +134,22 @@ class Page:
     def answer(self, rows: Sequence[Any], render: Callable[[Any], dict[str, Any]],
                keyset: Callable[[Any], Keyset]) -> dict[str, Any]:
         """The page's JSON from rows fetched with limit + 1 (the extra row only says
-        whether there is a next page)."""
-        shown = list(rows[: self.limit])
+        whether there is a next page). A page also stops before PAGE_MAX_BYTES of items
+        (never before its first): then it is shorter than limit and has a nextCursor."""
+        data: list[dict[str, Any]] = []
+        size = 0
+        for row in rows[: self.limit]:
+            item = render(row)
+            size += len(json.dumps(item, ensure_ascii=False, default=str).encode()) + 1
+            if data and size > PAGE_MAX_BYTES:
+                break
+            data.append(item)
+            last = row
         next_cursor = None
-        if len(rows) > self.limit and shown:
-            at, row_id = keyset(shown[-1])
+        if len(rows) > len(data) and data:
+            at, row_id = keyset(last)
             next_cursor = make_cursor(self.key, self.route, self.scope, at, row_id)
-        return {"data": [render(r) for r in shown], "nextCursor": next_cursor}
+        return {"data": data, "nextCursor": next_cursor}
 
 
 def single(request: Request, name: str) -> str | None:

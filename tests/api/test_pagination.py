@@ -59,6 +59,20 @@ async def test_jobs_page_newest_first_and_filters_apply(make_client, pool):
     assert len(exact["data"]) == 9 and exact["nextCursor"] is None
 
 
+async def test_a_page_of_large_payloads_stops_before_4_mib_and_the_next_goes_on(make_client, pool):
+    """200 jobs of 64 KiB payloads were one 13 MB answer: more than AWS Lambda can send back
+    (6 MB). A page now stops before 4 MiB of items, with a cursor to the rest."""
+    client = await make_client(stages=[Recorder("record").stage])
+    blob = "x" * 60_000
+    made = await q.enqueue_many(pool, [q.NewJob(type="record", payload={"i": i, "blob": blob}) for i in range(120)])
+    first = await client.get("/jobs?limit=200")
+    assert first.status_code == 200 and len(first.content) <= 4 * 1024 * 1024 + 1024, len(first.content)
+    body = first.json()
+    assert 60 <= len(body["data"]) < 120 and body["nextCursor"] is not None, len(body["data"])
+    everything = await page_through(client, "/jobs?limit=200")
+    assert sorted(r["id"] for r in everything) == sorted(str(i) for i in made)  # each once, none lost
+
+
 async def test_pages_never_repeat_or_skip_older_jobs_under_concurrent_inserts(make_client, pool):
     client = await make_client(stages=[Recorder("record").stage])
     start = datetime.now(timezone.utc) - timedelta(hours=1)
