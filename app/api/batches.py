@@ -114,12 +114,13 @@ async def create_batch_in_lane(lane: uuid.UUID, body: BatchIn, request: Request,
                              j.total) for i, j in enumerate(body.jobs)]
     db = await pool_of(request)
     no_lane = ApiError(404, "not_found", f"no {noun} {lane}")
-    if any(stage_of(request, r.type).accepts for r in requests):
+    stages = [stage_of(request, r.type) for r in requests]
+    if any(s.accepts for s in stages):
         # a lane not there (or not yours) is a 404 first, whatever its jobs name
         if await job_admin.visible_lane(db, lane) is None:
             raise no_lane
-        for i, r in enumerate(requests):
-            await accepted_job(db, stage_of(request, r.type), lane, r.payload, ("body", "jobs", i, "payload"))
+        for i, (stage, r) in enumerate(zip(stages, requests)):
+            await accepted_job(db, stage, lane, r.payload, ("body", "jobs", i, "payload"))
     try:
         outcome = await engine.create_batch(db, lane, requests)
     except LaneNotFound:

@@ -133,10 +133,7 @@ async def _driver_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _hook_failed(request: Request, exc: Exception) -> JSONResponse:
-    """A stage's hook raised while a job was ending: that ending was rolled back. A hook's
-    statement cut by the tenant's limit is no fault of the hook: the limit's 503."""
-    if isinstance(exc.__cause__, asyncpg.QueryCanceledError):
-        return await _statement_cancelled(request, exc.__cause__)
+    """A stage's hook raised while a job was ending: that ending was rolled back."""
     log.error("%s on %s %s", exc, request.method, request.url.path, exc_info=exc)
     return error_response(500, "hook_failed", f"{exc.public_message}; nothing was changed, so the request "
                                               "may be sent again (the details are in the server log)")

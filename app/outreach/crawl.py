@@ -23,7 +23,7 @@ from app.engine.jobs import Job, NewJob
 from app.outreach.sql import query
 from app.pipeline.stage import Context, FailJob
 from app.outreach.html import ParsedPage, parse_page
-from app.outreach.scope import campaign_of, not_in_campaign, payload_id
+from app.outreach.scope import campaign_of, not_in_campaign, on_the_campaigns_site, payload_id
 from app.outreach.settings import outreach_settings
 from app.outreach.spend import spend_fetch
 from app.outreach.urls import BadUrl, normalize_url, same_site
@@ -146,10 +146,9 @@ async def _page_for(job: Job, ctx: Context, campaign_id: uuid.UUID):
             raise not_in_campaign("page", page_id)
         return page
     url = _payload_url(job)
-    campaign = await ctx.db.fetchrow(query("campaign_site"), campaign_id)
-    if campaign is None or not same_site(url, campaign["url"] or ""):
-        site = campaign["url"] if campaign else "none"
-        raise FailJob(f"{url} is not on this job's campaign's site ({site}); nothing was fetched")
+    on_site, site = await on_the_campaigns_site(ctx.db, campaign_id, url)
+    if not on_site:
+        raise FailJob(f"{url} is not on this job's campaign's site ({site or 'none'}); nothing was fetched")
     async with ctx.db.acquire() as conn, conn.transaction():
         await lock_pages(conn, campaign_id)
         await conn.execute(query("pages_discover"), campaign_id, [url], 0)

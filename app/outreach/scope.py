@@ -52,13 +52,26 @@ def not_in_campaign(what: str, row_id: uuid.UUID) -> FailJob:
     return FailJob(f"{what} {row_id} is not in this job's campaign")
 
 
+async def on_the_campaigns_site(db, campaign_id: uuid.UUID, url: str) -> tuple[bool, str | None]:
+    """Whether `url` (normalized) is on the campaign's site (campaigns.url), and that site
+    (None: no such campaign, or it has none). The crawl's rule, asked by its handler and
+    where people enqueue."""
+    campaign = await db.fetchrow(query("campaign_site"), campaign_id)
+    site = campaign["url"] if campaign else None
+    return bool(site) and same_site(url, site), site
+
+
+def _needs_a_campaign(lane: uuid.UUID) -> None:
+    if lane == DEFAULT_LANE:
+        raise JobRefused("this job has no campaign: name the campaign's id as its lane")
+
+
 async def _must_be_the_campaigns(db, sql: str, what: str, row_id: Any, lane: uuid.UUID) -> None:
     """Refuses the job unless `sql` finds the row in the lane's campaign. `db` is the
     enqueuer's: over the API the tenant's, where another tenant's row is not found at all.
     A retry asks about a payload as stored, which no model may have checked (one the
     pipeline or an older version queued): an id that is no UUID is refused too."""
-    if lane == DEFAULT_LANE:
-        raise JobRefused("this job has no campaign: name the campaign's id as its lane")
+    _needs_a_campaign(lane)
     try:
         row_uuid = uuid.UUID(str(row_id))
     except ValueError:
@@ -78,14 +91,12 @@ async def crawl_of_the_campaign(db, lane: uuid.UUID, payload: dict[str, Any]) ->
     if payload.get("page_id"):  # as the handler reads it (crawl.py's _page_for)
         await _must_be_the_campaigns(db, query("page_in_campaign"), "page", payload["page_id"], lane)
         return
-    if lane == DEFAULT_LANE:
-        raise JobRefused("this job has no campaign: name the campaign's id as its lane")
-    campaign = await db.fetchrow(query("campaign_site"), lane)
-    site = (campaign["url"] or "") if campaign else ""
+    _needs_a_campaign(lane)
     try:
-        on_site = bool(site) and same_site(normalize_url(payload.get("url")), site)
-    except BadUrl:  # the payload's model checked the URL already; refused the same way
-        on_site = False
+        url = normalize_url(payload.get("url"))
+    except BadUrl:  # the payload's model checked the URL already; on no site, refused the same way
+        url = ""
+    on_site, site = await on_the_campaigns_site(db, lane, url)
     if not on_site:
         raise JobRefused(f"{str(payload.get('url'))[:200]} is not on campaign {lane}'s site", {"site": site or None})
 

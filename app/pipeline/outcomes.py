@@ -29,7 +29,8 @@ STUCK_ERROR = "lease expired on the last attempt"
 
 
 class HookFailed(Exception):
-    """A stage's hook raised while a job was ending; that ending was rolled back."""
+    """A stage's hook raised while a job was ending; that ending was rolled back. A hook's
+    statement cut by its time limit is not the hook's failure and is raised as it is."""
 
     def __init__(self, hook: str, stage: Stage, job: Job, cause: BaseException) -> None:
         self.public_message = f"the {stage.type!r} stage's {hook} hook failed for job {job.id}"
@@ -159,6 +160,8 @@ async def _give_up(conn, stage: Stage, job: Job, error: str, ctx: Context) -> No
     if stage.gave_up is not None:
         try:
             await stage.gave_up(job, ctx.with_db(conn))
+        except asyncpg.QueryCanceledError:
+            raise  # a statement cut by its time limit (a tenant's cancel): the limit's, not the hook's failure
         except Exception as exc:
             raise HookFailed("gave_up", stage, job, exc) from exc
     await notifications.job_gave_up(conn, ctx.settings, job, error)
@@ -194,5 +197,7 @@ async def _cancelled(conn, stages: Iterable[Stage], jobs: list[Job], settings) -
             continue
         try:
             await stage.cancelled(job, ctx)
+        except asyncpg.QueryCanceledError:
+            raise  # as above
         except Exception as exc:
             raise HookFailed("cancelled", stage, job, exc) from exc
