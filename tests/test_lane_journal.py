@@ -1,0 +1,131 @@
+"""Overlapping claims do not queue on each other's lane rows. A claim that finds a lane's
+counter row or a lane's event room held by another transaction (another claim in flight,
+until it commits) does not wait for it: its counts go to the journal and its event to the
+backlog, and the next holder, or a run's heartbeat or end, folds them in. Each test holds
+the row the way a claim in flight does and then does the claim; the last one does the
+overlap for real and checks every count and every number afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import asyncpg
+
+from app.engine import jobs as q
+from app.engine.runs import beat
+from app.pipeline.loop import Pipeline
+from app.pipeline.stage import Stage
+from tests.api.serving_kit import make_settings
+from tests.factories import jobs, lane_counts, lease, run, true_pending
+
+NOT_WAITING = 5.0  # seconds: far more than a claim takes, far less than the holder holds
+
+
+async def _holding(dsn: str, sql: str, *args) -> asyncpg.Connection:
+    """A connection in an open transaction that holds what `sql` locks."""
+    conn = await asyncpg.connect(dsn)
+    await conn.execute("BEGIN")
+    await conn.execute(sql, *args)
+    return conn
+
+
+async def _served_by_hours(db, type_: str) -> dict:
+    rows = await db.fetch("SELECT lane, sum(served)::int AS n FROM job_lane_hours WHERE type = $1 "
+                          "GROUP BY lane", type_)
+    return {r["lane"]: r["n"] for r in rows}
+
+
+async def test_a_claim_does_not_wait_for_a_lane_row_another_claim_holds(pool, dsn):
+    held, free = uuid.uuid4(), uuid.uuid4()
+    await jobs(pool, "t", 3, lane=held)
+    await jobs(pool, "t", 3, lane=free)
+    holder = await _holding(dsn, "SELECT 1 FROM job_lanes WHERE lane = $1 FOR NO KEY UPDATE", held)
+    try:
+        run_id = await run(pool)
+        got = await asyncio.wait_for(q.claim(pool, lease("t"), run_id, 4), NOT_WAITING)
+        assert sorted(j.lane == held for j in got) == [False, False, True, True]
+        # the free lane is counted at once; the held one's counts wait in the journal
+        counts = await lane_counts(pool, "t")
+        assert counts[free] == (1, 2)
+        assert counts[held] == (3, 0)
+        assert await pool.fetchval("SELECT sum(pending)::int FROM job_lane_journal WHERE lane = $1", held) == -2
+    finally:
+        await holder.execute("COMMIT")
+        await holder.close()
+    # the run's heartbeat folds it in: the counters are the recount, served the hours'
+    await beat(pool, run_id, done=0, failed=0, deferred=0, units=0, summary={})
+    assert await pool.fetchval("SELECT count(*) FROM job_lane_journal") == 0
+    counts = await lane_counts(pool, "t")
+    assert {lane: c[0] for lane, c in counts.items()} == await true_pending(pool, "t")
+    assert {lane: c[1] for lane, c in counts.items()} == await _served_by_hours(pool, "t") == {held: 2, free: 2}
+
+
+async def test_the_next_claim_of_a_lane_folds_what_the_journal_holds_for_it(pool, dsn):
+    lane = uuid.uuid4()
+    await jobs(pool, "t", 5, lane=lane)
+    run_id = await run(pool)
+    holder = await _holding(dsn, "SELECT 1 FROM job_lanes WHERE lane = $1 FOR NO KEY UPDATE", lane)
+    try:
+        await asyncio.wait_for(q.claim(pool, lease("t"), run_id, 2), NOT_WAITING)
+    finally:
+        await holder.execute("COMMIT")
+        await holder.close()
+    assert (await lane_counts(pool, "t"))[lane] == (5, 0)
+    await q.claim(pool, lease("t"), run_id, 1)  # the row is free now: this claim folds
+    assert await pool.fetchval("SELECT count(*) FROM job_lane_journal") == 0
+    assert (await lane_counts(pool, "t"))[lane] == (2, 3)
+    # the lane's head moved past the three claimed jobs
+    head = await pool.fetchval("SELECT head_at FROM job_lanes WHERE lane = $1", lane)
+    assert head == await pool.fetchval(
+        "SELECT min(created_at) FROM jobs WHERE lane = $1 AND status = 'pending'", lane)
+
+
+async def test_a_settled_event_for_a_held_room_is_parked_then_numbered_first(pool, dsn):
+    lane = uuid.uuid4()
+    await jobs(pool, "t", 5, lane=lane)
+    room = f"lane:{lane}"
+    await pool.execute("INSERT INTO event_rooms (room, head_seq) VALUES ($1, 7)", room)
+    run_id = await run(pool)
+    first = await q.claim(pool, lease("t"), run_id, 3)
+    holder = await _holding(dsn, "SELECT 1 FROM event_rooms WHERE room = $1 FOR NO KEY UPDATE", room)
+    try:
+        done = await asyncio.wait_for(q.complete(pool, run_id, [j.id for j in first]), NOT_WAITING)
+        assert len(done) == 3
+        # written with the change, numbered later: nothing a reader could see yet
+        assert await pool.fetchval("SELECT count(*) FROM events WHERE room = $1", room) == 0
+        assert await pool.fetchval("SELECT count(*) FROM event_backlog WHERE room = $1", room) == 1
+    finally:
+        await holder.execute("COMMIT")
+        await holder.close()
+    rest = await q.claim(pool, lease("t"), run_id, 5)
+    await q.complete(pool, run_id, [j.id for j in rest])
+    rows = await pool.fetch("SELECT seq, data FROM events WHERE room = $1 ORDER BY seq", room)
+    assert [(r["seq"], r["data"]["done"]) for r in rows] == [(8, 3), (9, 2)]
+    assert await pool.fetchval("SELECT head_seq FROM event_rooms WHERE room = $1", room) == 9
+    assert await pool.fetchval("SELECT count(*) FROM event_backlog") == 0
+
+
+async def _noop(job, ctx) -> None:
+    return None
+
+
+async def test_overlapping_runs_leave_every_count_and_number_exact(pool, dsn):
+    lanes = [uuid.uuid4() for _ in range(12)]
+    per_lane = 40
+    for lane in lanes:
+        await jobs(pool, "t", per_lane, lane=lane)
+    stage = Stage(type="t", handler=_noop, batch=5, lease=60, timeout=10)
+    settings = make_settings(dsn)
+    results = await asyncio.gather(*(Pipeline(pool, [stage], settings).run(trigger="test") for _ in range(8)))
+    assert sum(r.jobs_done for r in results) == len(lanes) * per_lane
+    # the last run's end folded what the others left: nothing waits, every count is exact
+    assert await pool.fetchval("SELECT count(*) FROM job_lane_journal") == 0
+    assert await pool.fetchval("SELECT count(*) FROM event_backlog") == 0
+    counts = await lane_counts(pool, "t")
+    assert all(c == (0, per_lane) for c in counts.values()), counts
+    assert await _served_by_hours(pool, "t") == {lane: per_lane for lane in lanes}
+    for lane in lanes:
+        rows = await pool.fetch("SELECT seq, data FROM events WHERE room = $1 ORDER BY seq", f"lane:{lane}")
+        assert [r["seq"] for r in rows] == list(range(1, len(rows) + 1))
+        assert sum(r["data"]["done"] for r in rows) == per_lane
