@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from collections import Counter
 
 from app.engine import jobs as q
@@ -438,3 +439,28 @@ async def test_a_batch_comes_back_oldest_first(pool):
     top_jobs = await f.jobs(pool, "u", 2, lane=top)
     claimed = await q.claim(pool, f.lease("u"), await f.run(pool), 6)
     assert [j.id for j in claimed] == [*a_jobs, *b_jobs, *top_jobs]
+
+
+async def test_a_claim_takes_exactly_the_lightest_slots_of_every_lane(pool):
+    """Against a reference that weighs every ready job of every lane (the claim weighs only
+    the slots that can still win): lanes of three priorities, uneven served counts and
+    backlogs, more lanes than the claim takes; the jobs each lane gets must match."""
+    rng = random.Random(7)
+    for round_ in range(6):
+        await pool.execute("DELETE FROM jobs")
+        lanes = [uuid.uuid4() for _ in range(rng.randint(8, 40))]
+        start = datetime.now(timezone.utc) - timedelta(hours=1)
+        for lane in lanes:
+            await f.jobs(pool, "t", rng.randint(1, 8), lane=lane,
+                         start=start + timedelta(seconds=rng.randint(0, 600)))
+        for lane in lanes:
+            await pool.execute("UPDATE lanes SET priority = $2 WHERE id = $1", lane, rng.choice([0, 10, 20]))
+            await pool.execute("UPDATE job_lanes SET served = $2 WHERE lane = $1", lane, rng.randint(0, 6))
+        rows = await pool.fetch(
+            "SELECT l.lane, l.priority, l.served, l.head_at, l.pending FROM job_lanes l WHERE l.type = 't'")
+        slots = sorted(((-r["priority"], r["served"] + k, r["head_at"], r["lane"])
+                        for r in rows for k in range(1, r["pending"] + 1)), key=lambda s: s[:3])
+        limit = rng.choice([3, 10, 25])
+        expected = Counter(s[3] for s in slots[:limit])
+        got = await q.claim(pool, f.lease(), await f.run(pool), limit)
+        assert Counter(j.lane for j in got) == expected, (round_, limit)

@@ -79,6 +79,15 @@ WITH done AS (
     WHERE l.type = $1 AND l.pending > 0 AND NOT l.paused AND l.ready_at <= now()
     ORDER BY l.priority DESC, l.served, l.head_at
     LIMIT $2
+), last_first AS (
+    -- the last of the heads' first slots in claim order: the lowest priority among them,
+    -- and the heaviest first slot at that priority. When $2 lanes have a head, the $2
+    -- first slots already fill the claim up to it, so no slot that sorts after it can
+    -- win: a lane at that priority needs only the slots as light as it (a mixed claim of
+    -- 25 generates about 40 slots, not 600).
+    SELECT count(*) AS lanes, min(priority) AS priority,
+           max(served + stale_n + 1) FILTER (WHERE priority = (SELECT min(priority) FROM heads)) AS weight
+    FROM heads
 ), slots AS (
     -- every claimable job weighs its lane's served + k, k its place in the lane (a
     -- lane's stale jobs first); the lightest $2 win, ties to the oldest job
@@ -91,7 +100,10 @@ WITH done AS (
            h.served + h.stale_n + k,
            h.head_at
     FROM heads h
-    CROSS JOIN LATERAL generate_series(1, least(h.pending, $2)) AS k
+    CROSS JOIN last_first f
+    CROSS JOIN LATERAL generate_series(1, CASE WHEN f.lanes < $2 OR h.priority > f.priority
+                                               THEN least(h.pending, $2)
+                                               ELSE least(h.pending, $2, f.weight - h.served - h.stale_n) END) AS k
     ORDER BY priority DESC, weight, at
     LIMIT $2
 ), quota AS (
