@@ -81,6 +81,25 @@ async def test_the_next_claim_of_a_lane_folds_what_the_journal_holds_for_it(pool
         "SELECT min(created_at) FROM jobs WHERE lane = $1 AND status = 'pending'", lane)
 
 
+async def test_a_hand_back_waits_for_the_lane_row_and_folds_what_waits_for_it(pool, dsn):
+    lane = uuid.uuid4()
+    await jobs(pool, "t", 5, lane=lane)
+    run_id = await run(pool)
+    holder = await _holding(dsn, "SELECT 1 FROM job_lanes WHERE lane = $1 FOR NO KEY UPDATE", lane)
+    try:
+        taken = await asyncio.wait_for(q.claim(pool, lease("t"), run_id, 3), NOT_WAITING)
+    finally:
+        await holder.execute("COMMIT")
+        await holder.close()
+    # a job made pending again is counted at once (the claim must see it), with the journal
+    until = await pool.fetchval("SELECT now()")
+    back = await q.finish_and_claim(pool, lease("t"), run_id, 0, hand_back={taken[0].id: until})
+    assert back.handed_back == 1
+    assert await pool.fetchval("SELECT count(*) FROM job_lane_journal") == 0
+    assert (await lane_counts(pool, "t"))[lane] == (3, 2)
+    assert await true_pending(pool, "t") == {lane: 3}
+
+
 async def test_a_settled_event_for_a_held_room_is_parked_then_numbered_first(pool, dsn):
     lane = uuid.uuid4()
     await jobs(pool, "t", 5, lane=lane)
