@@ -166,6 +166,20 @@ INVARIANTS = {
         "SELECT count(*) FROM runs WHERE finished_at IS NULL", ()),
     "every batch reconciled": (
         "SELECT count(*) FROM batches WHERE status IN ('pending', 'running')", ()),
+    # what claims left for a held lane row or lane room is folded in by the last run's end
+    "nothing left in the lane journal or the event backlog": (
+        "SELECT (SELECT count(*) FROM job_lane_journal) + (SELECT count(*) FROM event_backlog)", ()),
+    "lane counters equal a recount (pending) and the hourly buckets (served)": (
+        "SELECT count(*) FROM job_lanes l "
+        "WHERE l.pending <> (SELECT count(*) FROM jobs j WHERE j.type = l.type AND j.lane = l.lane "
+        "                    AND j.status = 'pending') "
+        "   OR l.served <> (SELECT coalesce(sum(h.served), 0) FROM job_lane_hours h "
+        "                   WHERE h.type = l.type AND h.lane = l.lane)", ()),
+    "every room's events numbered up to its head, without a hole": (
+        "SELECT count(*) FROM (SELECT r.room FROM event_rooms r LEFT JOIN events e ON e.room = r.room "
+        "GROUP BY r.room, r.head_seq "
+        "HAVING coalesce(max(e.seq), 0) <> r.head_seq "
+        "    OR count(e.seq) <> coalesce(max(e.seq) - min(e.seq) + 1, 0)) x", ()),
     "credit ledger balanced (charges - refunds = drafts kept), per campaign": (
         "SELECT count(*) FROM (SELECT c.id, "
         "  (SELECT count(*) FROM credit_ledger l WHERE l.campaign_id = c.id AND l.kind = 'charge') "
