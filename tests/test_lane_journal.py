@@ -13,11 +13,15 @@ import uuid
 import asyncpg
 
 from app.engine import jobs as q
+from app.engine.accounts import authenticate
+from app.engine.job_admin import waiting_in_own_lanes
+from app.engine.queue_stats import queue_depth
 from app.engine.runs import beat
+from app.engine.tenancy import tenant_transaction
 from app.pipeline.loop import Pipeline
 from app.pipeline.stage import Stage
 from tests.api.serving_kit import make_settings
-from tests.factories import jobs, lane_counts, lease, run, true_pending
+from tests.factories import api_key, campaign, jobs, lane_counts, lease, run, true_pending
 
 NOT_WAITING = 5.0  # seconds: far more than a claim takes, far less than the holder holds
 
@@ -59,6 +63,27 @@ async def test_a_claim_does_not_wait_for_a_lane_row_another_claim_holds(pool, ds
     counts = await lane_counts(pool, "t")
     assert {lane: c[0] for lane, c in counts.items()} == await true_pending(pool, "t")
     assert {lane: c[1] for lane, c in counts.items()} == await _served_by_hours(pool, "t") == {held: 2, free: 2}
+
+
+async def test_what_waits_is_counted_with_the_journal_before_it_is_folded(pool, dsn):
+    """The queue's figures (/metrics, `skiplock status`) and a tenant's waiting-jobs cap read
+    the counters: with a claim's counts still in the journal they must not say more waits
+    than does."""
+    key = await api_key(pool, "owner@example.com")
+    actor = await authenticate(pool, key)
+    lane = await campaign(pool, actor.user_id)
+    await jobs(pool, "t", 6, lane=lane)
+    holder = await _holding(dsn, "SELECT 1 FROM job_lanes WHERE lane = $1 FOR NO KEY UPDATE", lane)
+    try:
+        await asyncio.wait_for(q.claim(pool, lease("t"), await run(pool), 4), NOT_WAITING)
+    finally:
+        await holder.execute("COMMIT")
+        await holder.close()
+    assert await pool.fetchval("SELECT count(*) FROM job_lane_journal") == 1
+    [depth] = [d for d in await queue_depth(pool) if d["type"] == "t"]
+    assert (depth["pending"], depth["running"]) == (2, 4)
+    async with tenant_transaction(pool, actor) as conn:
+        assert await waiting_in_own_lanes(conn) == 2
 
 
 async def test_the_next_claim_of_a_lane_folds_what_the_journal_holds_for_it(pool, dsn):

@@ -284,6 +284,18 @@ END $$;
 REVOKE EXECUTE ON FUNCTION events_emit_or_park(text[], text[], jsonb[]) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION events_notify(text[]) FROM PUBLIC;
 
+-- How many jobs wait in the caller's own lanes (0029), with what the journal holds for
+-- them: exact while runs overlap too.
+CREATE OR REPLACE FUNCTION app_waiting_jobs() RETURNS bigint
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT coalesce(sum(c.pending), 0)::bigint
+           + coalesce((SELECT sum(j.pending) FROM job_lane_journal j
+                       JOIN lanes l ON l.id = j.lane
+                       WHERE l.owner_id = (SELECT app_user_id())), 0)::bigint
+    FROM lanes l JOIN job_lanes c ON c.lane = l.id
+    WHERE l.owner_id = (SELECT app_user_id())
+$$;
+
 -- A run folds the journal and numbers what is parked as it beats and when it ends (a row
 -- trigger: its WHEN is evaluated in C, so any other update of runs calls nothing).
 CREATE FUNCTION runs_fold_what_waits() RETURNS trigger

@@ -4,13 +4,24 @@
 -- has been due. A lane's ready_at is the run_after of a pending job already due (the
 -- lane's earliest when it was written); it stops moving when nothing claims the lane, so
 -- the age grows exactly while ready work waits.
-WITH lanes AS (
+--
+-- A lane's count is its row plus what the lane journal holds for it (claims that found the
+-- row held by another claim; a few lines while runs overlap), so the figure is exact
+-- before the lines are folded in too.
+WITH journal AS (
+    SELECT type, lane, sum(pending)::bigint AS pending FROM job_lane_journal GROUP BY type, lane
+), counted AS (
+    SELECT l.type, l.paused, l.ready_at, l.pending + coalesce(j.pending, 0) AS pending
+    FROM job_lanes l
+    LEFT JOIN journal j ON j.type = l.type AND j.lane = l.lane
+    WHERE l.pending > 0
+), lanes AS (
     SELECT type,
            sum(pending)::bigint AS pending,
            (sum(pending) FILTER (WHERE paused))::bigint AS paused,
            extract(epoch FROM now() - min(ready_at) FILTER (WHERE NOT paused AND ready_at <= now()))
                AS oldest_ready_seconds
-    FROM job_lanes
+    FROM counted
     WHERE pending > 0
     GROUP BY type
 ), running AS (
