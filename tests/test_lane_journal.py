@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import asyncpg
 
@@ -26,12 +28,22 @@ from tests.factories import api_key, campaign, jobs, lane_counts, lease, run, tr
 NOT_WAITING = 5.0  # seconds: far more than a claim takes, far less than the holder holds
 
 
-async def _holding(dsn: str, sql: str, *args) -> asyncpg.Connection:
-    """A connection in an open transaction that holds what `sql` locks."""
+LANE_ROW = "SELECT 1 FROM job_lanes WHERE lane = $1 FOR NO KEY UPDATE"
+ROOM_ROW = "SELECT 1 FROM event_rooms WHERE room = $1 FOR NO KEY UPDATE"
+
+
+@asynccontextmanager
+async def holding(dsn: str, sql: str, *args) -> AsyncIterator[None]:
+    """Inside: another connection's open transaction holds what `sql` locks, as a claim in
+    flight holds its lanes' rows until it commits; it commits on the way out."""
     conn = await asyncpg.connect(dsn)
-    await conn.execute("BEGIN")
-    await conn.execute(sql, *args)
-    return conn
+    try:
+        await conn.execute("BEGIN")
+        await conn.execute(sql, *args)
+        yield
+        await conn.execute("COMMIT")
+    finally:
+        await conn.close()
 
 
 async def _served_by_hours(db, type_: str) -> dict:
@@ -44,8 +56,7 @@ async def test_a_claim_does_not_wait_for_a_lane_row_another_claim_holds(pool, ds
     held, free = uuid.uuid4(), uuid.uuid4()
     await jobs(pool, "t", 3, lane=held)
     await jobs(pool, "t", 3, lane=free)
-    holder = await _holding(dsn, "SELECT 1 FROM job_lanes WHERE lane = $1 FOR NO KEY UPDATE", held)
-    try:
+    async with holding(dsn, LANE_ROW, held):
         run_id = await run(pool)
         got = await asyncio.wait_for(q.claim(pool, lease("t"), run_id, 4), NOT_WAITING)
         assert sorted(j.lane == held for j in got) == [False, False, True, True]
@@ -54,9 +65,6 @@ async def test_a_claim_does_not_wait_for_a_lane_row_another_claim_holds(pool, ds
         assert counts[free] == (1, 2)
         assert counts[held] == (3, 0)
         assert await pool.fetchval("SELECT sum(pending)::int FROM job_lane_journal WHERE lane = $1", held) == -2
-    finally:
-        await holder.execute("COMMIT")
-        await holder.close()
     # the run's heartbeat folds it in: the counters are the recount, served the hours'
     await beat(pool, run_id, done=0, failed=0, deferred=0, units=0, summary={})
     assert await pool.fetchval("SELECT count(*) FROM job_lane_journal") == 0
@@ -73,12 +81,8 @@ async def test_what_waits_is_counted_with_the_journal_before_it_is_folded(pool, 
     actor = await authenticate(pool, key)
     lane = await campaign(pool, actor.user_id)
     await jobs(pool, "t", 6, lane=lane)
-    holder = await _holding(dsn, "SELECT 1 FROM job_lanes WHERE lane = $1 FOR NO KEY UPDATE", lane)
-    try:
+    async with holding(dsn, LANE_ROW, lane):
         await asyncio.wait_for(q.claim(pool, lease("t"), await run(pool), 4), NOT_WAITING)
-    finally:
-        await holder.execute("COMMIT")
-        await holder.close()
     assert await pool.fetchval("SELECT count(*) FROM job_lane_journal") == 1
     [depth] = [d for d in await queue_depth(pool) if d["type"] == "t"]
     assert (depth["pending"], depth["running"]) == (2, 4)
@@ -90,12 +94,8 @@ async def test_the_next_claim_of_a_lane_folds_what_the_journal_holds_for_it(pool
     lane = uuid.uuid4()
     await jobs(pool, "t", 5, lane=lane)
     run_id = await run(pool)
-    holder = await _holding(dsn, "SELECT 1 FROM job_lanes WHERE lane = $1 FOR NO KEY UPDATE", lane)
-    try:
+    async with holding(dsn, LANE_ROW, lane):
         await asyncio.wait_for(q.claim(pool, lease("t"), run_id, 2), NOT_WAITING)
-    finally:
-        await holder.execute("COMMIT")
-        await holder.close()
     assert (await lane_counts(pool, "t"))[lane] == (5, 0)
     await q.claim(pool, lease("t"), run_id, 1)  # the row is free now: this claim folds
     assert await pool.fetchval("SELECT count(*) FROM job_lane_journal") == 0
@@ -110,12 +110,8 @@ async def test_a_hand_back_waits_for_the_lane_row_and_folds_what_waits_for_it(po
     lane = uuid.uuid4()
     await jobs(pool, "t", 5, lane=lane)
     run_id = await run(pool)
-    holder = await _holding(dsn, "SELECT 1 FROM job_lanes WHERE lane = $1 FOR NO KEY UPDATE", lane)
-    try:
+    async with holding(dsn, LANE_ROW, lane):
         taken = await asyncio.wait_for(q.claim(pool, lease("t"), run_id, 3), NOT_WAITING)
-    finally:
-        await holder.execute("COMMIT")
-        await holder.close()
     # a job made pending again is counted at once (the claim must see it), with the journal
     until = await pool.fetchval("SELECT now()")
     back = await q.finish_and_claim(pool, lease("t"), run_id, 0, hand_back={taken[0].id: until})
@@ -132,16 +128,12 @@ async def test_a_settled_event_for_a_held_room_is_parked_then_numbered_first(poo
     await pool.execute("INSERT INTO event_rooms (room, head_seq) VALUES ($1, 7)", room)
     run_id = await run(pool)
     first = await q.claim(pool, lease("t"), run_id, 3)
-    holder = await _holding(dsn, "SELECT 1 FROM event_rooms WHERE room = $1 FOR NO KEY UPDATE", room)
-    try:
+    async with holding(dsn, ROOM_ROW, room):
         done = await asyncio.wait_for(q.complete(pool, run_id, [j.id for j in first]), NOT_WAITING)
         assert len(done) == 3
         # written with the change, numbered later: nothing a reader could see yet
         assert await pool.fetchval("SELECT count(*) FROM events WHERE room = $1", room) == 0
         assert await pool.fetchval("SELECT count(*) FROM event_backlog WHERE room = $1", room) == 1
-    finally:
-        await holder.execute("COMMIT")
-        await holder.close()
     rest = await q.claim(pool, lease("t"), run_id, 5)
     await q.complete(pool, run_id, [j.id for j in rest])
     rows = await pool.fetch("SELECT seq, data FROM events WHERE room = $1 ORDER BY seq", room)
