@@ -197,7 +197,7 @@ BEGIN
     END IF;
 END $$;
 
--- events_emit as in 0021, its NOTIFY through events_notify.
+-- events_emit as in 0025, its NOTIFY through events_notify.
 CREATE OR REPLACE FUNCTION events_emit(p_rooms text[], p_types text[], p_data jsonb[]) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
