@@ -19,7 +19,7 @@ class BadUrl(ValueError):
 def normalize_url(url: str, base: str | None = None) -> str:
     """The page's one spelling: absolute, lower-case scheme and host, no default port,
     no fragment, a path of at least '/'. Raises BadUrl for anything but http(s) with a host,
-    and for a URL that holds a control character (httpx refuses to request it) or a
+    and for a URL that names port 0, holds a control character (httpx refuses to request it) or a
     backslash before its query (browsers read it as `/`, urllib does not, so the two
     disagree on the page, even the site, it names), or is longer than MAX_URL_BYTES."""
     if not isinstance(url, str) or not url.strip():
@@ -44,6 +44,8 @@ def normalize_url(url: str, base: str | None = None) -> str:
     host = (parts.hostname or "").rstrip(".")
     if not host:
         raise BadUrl(f"{url[:100]!r} has no host, like https://example.com")
+    if port == 0:  # no server listens there, and site_key would read it as the default port
+        raise BadUrl(f"{url[:100]!r} names port 0")
     if ":" in host:  # IPv6 literal
         host = f"[{host}]"
     netloc = host if port in (None, _DEFAULT_PORTS[scheme]) else f"{host}:{port}"

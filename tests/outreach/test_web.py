@@ -25,7 +25,8 @@ def test_one_spelling_per_page():
     assert normalize_url("https://example.com") == "https://example.com/"
     assert normalize_url("../c.html", base="https://example.com/a/b/") == "https://example.com/a/c.html"
     assert normalize_url("https://example.com:8443/") == "https://example.com:8443/"
-    for bad in ("mailto:a@b.c", "javascript:void(0)", "ftp://example.com", "", "https://", "http://x:99999/"):
+    for bad in ("mailto:a@b.c", "javascript:void(0)", "ftp://example.com", "", "https://", "http://x:99999/",
+                "https://example.com:0/"):  # port 0 would count as the site's default port
         with pytest.raises(BadUrl):
             normalize_url(bad)
 
