@@ -46,6 +46,9 @@ AUTH_WAIT_SECONDS = 5.0
 CATCH_UP_PAGE = 500
 RECHECK_SECONDS = 5.0
 STREAMS_PER_KEY = 10
+# Sockets that came without a key and wait (up to AUTH_WAIT_SECONDS) for a first message to
+# carry it, per process: anyone can open them, so they are capped like a key's streams.
+KEYLESS_WAITING_MAX = 100
 WS_MAX_MESSAGE_BYTES = 64 * 1024
 _AFTER = re.compile(r"^[0-9]{1,18}$")
 
@@ -172,7 +175,17 @@ async def events_ws(ws: WebSocket) -> None:
         return await _refuse(ws, 4400, exc.code, exc.message, exc.details)
     key = _offered_key(ws)
     if key is None:
-        key = await _first_message_key(ws)
+        waiting = _keyless_waiting(ws.app)
+        if waiting[0] >= KEYLESS_WAITING_MAX:
+            return await _refuse(ws, 4429, "too_many_waiting",
+                                 f"{KEYLESS_WAITING_MAX} sockets already wait here for their first message; "
+                                 "send the key as Authorization: Bearer or a 'bearer.<key>' subprotocol, or "
+                                 "try again shortly", {"limit": KEYLESS_WAITING_MAX})
+        waiting[0] += 1
+        try:
+            key = await _first_message_key(ws)
+        finally:
+            waiting[0] -= 1
     pool = await owner_pool_of(ws)
     actor = await authenticate(pool, key) if key else None
     if actor is None:
@@ -211,6 +224,14 @@ async def events_ws(ws: WebSocket) -> None:
         streams[actor.key.prefix] -= 1
         if not streams[actor.key.prefix]:
             del streams[actor.key.prefix]
+
+
+def _keyless_waiting(app) -> list[int]:
+    """How many sockets in this process wait for the first message that carries their key
+    (one mutable cell: the event loop is the only writer)."""
+    if not hasattr(app.state, "keyless_waiting"):
+        app.state.keyless_waiting = [0]
+    return app.state.keyless_waiting
 
 
 def _open_streams(app) -> Counter:

@@ -207,6 +207,33 @@ async def test_one_key_holds_at_most_ten_streams_in_a_process(pool, serve, tenan
             pytest.fail("a closed stream's place was never freed")
 
 
+async def test_sockets_waiting_for_their_key_are_capped_in_a_process(pool, serve, tenants, monkeypatch):
+    """Anyone may open a socket without a key: it waits up to AUTH_WAIT_SECONDS for a first
+    message to carry one. Thousands of them held thousands of sockets and tasks; past
+    KEYLESS_WAITING_MAX the next is refused at once, and a socket with its key in a header
+    is never held back by them."""
+    a, _, _ = tenants
+    monkeypatch.setattr(events_api, "KEYLESS_WAITING_MAX", 3)
+    _, host = await serve()
+    url = f"ws://{host}/events/ws?room=lane:{a.lane}"
+    async with contextlib.AsyncExitStack() as held:
+        waiting = [await held.enter_async_context(connect(url)) for _ in range(3)]
+        await asyncio.sleep(0.2)                                    # all three are waiting now
+        async with connect(url) as extra:
+            message = await _recv(extra)
+            assert message["type"] == "error" and message["error"]["code"] == "too_many_waiting"
+            with pytest.raises(ConnectionClosed):
+                await asyncio.wait_for(extra.recv(), WAIT)
+            assert extra.close_code == 4429
+        async with connect(url, additional_headers={"Authorization": f"Bearer {a.key}"}) as keyed:
+            assert (await _recv(keyed))["type"] == "live"
+        await waiting[0].send(json.dumps({"type": "auth", "key": a.key}))   # one stops waiting
+        assert (await _recv(waiting[0]))["type"] == "live"
+        async with connect(url) as next_one:                        # and frees its place
+            await next_one.send(json.dumps({"type": "auth", "key": a.key}))
+            assert (await _recv(next_one))["type"] == "live"
+
+
 async def test_slow_subscriber_gets_a_gap_not_memory(pool, dsn, tenants):
     a, _, _ = tenants
     hub = EventHub(lambda: db_connect(dsn), _pool_of(pool), queue=3)
