@@ -90,6 +90,23 @@ async def test_what_waits_is_counted_with_the_journal_before_it_is_folded(pool, 
         assert await waiting_in_own_lanes(conn) == 2
 
 
+async def test_the_claim_counts_what_the_journal_holds_as_served(pool, dsn):
+    """Lane A was served twice by a claim that found its row held: the two are in the
+    journal, not yet on A's row. Lane B, never served, gets work. A claim of two must weigh
+    A as served twice and take both from B; read from A's row alone, A looked never served
+    and got one of the two. (Overlapping claims piled into the lanes whose counts waited in
+    the journal: the lanes of one priority drifted twice as far apart in a ten-run drain.)"""
+    a, b = uuid.uuid4(), uuid.uuid4()
+    await jobs(pool, "t", 3, lane=a)
+    run_id = await run(pool)
+    async with holding(dsn, LANE_ROW, a):
+        await asyncio.wait_for(q.claim(pool, lease("t"), run_id, 2), NOT_WAITING)
+    assert (await lane_counts(pool, "t"))[a] == (3, 0)               # not folded yet
+    await jobs(pool, "t", 3, lane=b)
+    got = await q.claim(pool, lease("t"), run_id, 2)
+    assert [j.lane for j in got] == [b, b]
+
+
 async def test_the_next_claim_of_a_lane_folds_what_the_journal_holds_for_it(pool, dsn):
     lane = uuid.uuid4()
     await jobs(pool, "t", 5, lane=lane)

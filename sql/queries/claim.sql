@@ -64,7 +64,11 @@ WITH done AS (
     -- statement commits. (The index orders tied lanes by their oldest pending job,
     -- which is their oldest ready one unless the lane holds a deferred job older than its
     -- ready work, e.g. a retry waiting out its backoff; `slots` uses the probe's head.)
-    SELECT l.lane, l.pending, l.served, l.priority, h.created_at AS head_at,
+    SELECT l.lane, l.pending,
+           -- what claims in flight took and left in the journal counts as served too
+           l.served + coalesce((SELECT sum(n.served) FROM job_lane_journal n
+                                WHERE n.type = l.type AND n.lane = l.lane), 0) AS served,
+           l.priority, h.created_at AS head_at,
            -- the lane's stale jobs come first in its order: counted once here, not for
            -- each of the lane's slots below (up to $2 each)
            (SELECT count(*) FROM stale s WHERE s.lane = l.lane) AS stale_n
