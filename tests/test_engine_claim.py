@@ -325,28 +325,35 @@ async def test_a_lanes_stale_jobs_weigh_before_its_ready_ones(pool):
     assert {j.id for j in claimed} == set(dead) | set(b_jobs[:3])
 
 
-async def test_two_claims_at_once_over_many_tied_lanes_share_nothing_and_neither_is_empty(pool):
+async def _two_claims_at_once_over_60_tied_lanes(pool, scan_turned_off: str) -> tuple[list, list]:
+    """Two claims of 25 in open transactions, the first holding 25 lanes' only jobs while the
+    second claims; the first planned with `scan_turned_off` ('enable_seqscan', ...) off."""
     owner = await f.user(pool, "standard")
     lanes = [await f.campaign(pool, owner) for _ in range(60)]
     for c in lanes:
         await insert_jobs(pool, c, 1, 60)
     async with pool.acquire() as a, pool.acquire() as b:
-        # the claim as planned on the lane index: planned otherwise, it starves the second
-        # claim (the xfail below). A full suite saw this test's second claim come back empty
-        # once; what gave that connection another plan was not found.
-        await a.execute("SET enable_seqscan = off")
+        await a.execute(f"SET {scan_turned_off} = off")
         ta, tb = a.transaction(), b.transaction()
         await ta.start()
         await tb.start()
         try:
-            first = await q.claim(a, f.lease(), await f.run(pool), 25)  # holds 25 lanes' only jobs
+            first = await q.claim(a, f.lease(), await f.run(pool), 25)
             second = await q.claim(b, f.lease(), await f.run(pool), 25)
-            assert len(first) == 25 and len(second) == 25
-            assert not {j.id for j in first} & {j.id for j in second}
         finally:
             await ta.rollback()
             await tb.rollback()
-            await a.execute("RESET enable_seqscan")
+            await a.execute(f"RESET {scan_turned_off}")
+    return first, second
+
+
+async def test_two_claims_at_once_over_many_tied_lanes_share_nothing_and_neither_is_empty(pool):
+    # the claim as planned on the lane index: planned otherwise, it starves the second
+    # claim (the xfail below). A full suite saw this test's second claim come back empty
+    # once; what gave that connection another plan was not found.
+    first, second = await _two_claims_at_once_over_60_tied_lanes(pool, "enable_seqscan")
+    assert len(first) == 25 and len(second) == 25
+    assert not {j.id for j in first} & {j.id for j in second}
 
 
 @pytest.mark.xfail(strict=True, reason="heads locks each probed lane's head job: planned as a sort "
@@ -355,23 +362,8 @@ async def test_two_claims_at_once_over_many_tied_lanes_share_nothing_and_neither
 async def test_two_claims_at_once_share_the_lanes_whatever_the_plan(pool):
     """The test above with the claim planned without the lane index: the second claim comes
     back empty while 35 lanes have a ready job nobody holds."""
-    owner = await f.user(pool, "standard")
-    lanes = [await f.campaign(pool, owner) for _ in range(60)]
-    for c in lanes:
-        await insert_jobs(pool, c, 1, 60)
-    async with pool.acquire() as a, pool.acquire() as b:
-        await a.execute("SET enable_indexscan = off")
-        ta, tb = a.transaction(), b.transaction()
-        await ta.start()
-        await tb.start()
-        try:
-            first = await q.claim(a, f.lease(), await f.run(pool), 25)
-            second = await q.claim(b, f.lease(), await f.run(pool), 25)
-            assert len(first) == 25 and len(second) == 25
-        finally:
-            await ta.rollback()
-            await tb.rollback()
-            await a.execute("RESET enable_indexscan")
+    first, second = await _two_claims_at_once_over_60_tied_lanes(pool, "enable_indexscan")
+    assert len(first) == 25 and len(second) == 25
 
 
 async def test_a_lane_whose_work_is_all_deferred_does_not_hold_up_the_claim(pool):
