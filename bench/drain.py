@@ -114,10 +114,13 @@ async def _one(pool, settings, lanes, n: int, workers: int, batch: int, cap: flo
     reasons = sorted({r.stop_reason for r in results})
     errors = sorted({e for r in results for e in ([r.error] if r.error else [])
                      + list(r.summary.get("errors", []))})[:5]
-    ok = (row["total"] == n and row["done"] == n and row["attempts_ne_1"] == 0
-          and runs_done == n and reasons == ["no_work"] and not errors and audit_rows == 0)
+    failed = [f"{name}={value}" for name, value, fine in (
+        ("jobs", row["total"], row["total"] == n), ("done", row["done"], row["done"] == n),
+        ("attempts_ne_1", row["attempts_ne_1"], row["attempts_ne_1"] == 0),
+        ("runs_jobs_done", runs_done, runs_done == n), ("stop_reasons", reasons, reasons == ["no_work"]),
+        ("errors", errors, not errors), ("audit_rows", audit_rows, audit_rows == 0)) if not fine]
     return {
-        "ok": ok, "audit_trigger": trigger, "audit_rows_for_jobs": audit_rows,
+        "ok": not failed, "failed_checks": failed, "audit_trigger": trigger, "audit_rows_for_jobs": audit_rows,
         "jobs_s": n / wall, "wall_s": wall, "cpu_share": cpu,
         # CPU time per job, this client's and the server's: steadier than jobs/s on a
         # shared box, since a neighbour takes wall time but not (much) CPU time from us

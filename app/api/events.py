@@ -175,17 +175,17 @@ async def events_ws(ws: WebSocket) -> None:
         return await _refuse(ws, 4400, exc.code, exc.message, exc.details)
     key = _offered_key(ws)
     if key is None:
-        waiting = _keyless_waiting(ws.app)
-        if waiting[0] >= KEYLESS_WAITING_MAX:
+        state = ws.app.state  # the event loop is the count's only writer
+        if getattr(state, "keyless_waiting", 0) >= KEYLESS_WAITING_MAX:
             return await _refuse(ws, 4429, "too_many_waiting",
                                  f"{KEYLESS_WAITING_MAX} sockets already wait here for their first message; "
                                  "send the key as Authorization: Bearer or a 'bearer.<key>' subprotocol, or "
                                  "try again shortly", {"limit": KEYLESS_WAITING_MAX})
-        waiting[0] += 1
+        state.keyless_waiting = getattr(state, "keyless_waiting", 0) + 1
         try:
             key = await _first_message_key(ws)
         finally:
-            waiting[0] -= 1
+            state.keyless_waiting -= 1
     pool = await owner_pool_of(ws)
     actor = await authenticate(pool, key) if key else None
     if actor is None:
@@ -224,14 +224,6 @@ async def events_ws(ws: WebSocket) -> None:
         streams[actor.key.prefix] -= 1
         if not streams[actor.key.prefix]:
             del streams[actor.key.prefix]
-
-
-def _keyless_waiting(app) -> list[int]:
-    """How many sockets in this process wait for the first message that carries their key
-    (one mutable cell: the event loop is the only writer)."""
-    if not hasattr(app.state, "keyless_waiting"):
-        app.state.keyless_waiting = [0]
-    return app.state.keyless_waiting
 
 
 def _open_streams(app) -> Counter:

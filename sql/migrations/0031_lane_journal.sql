@@ -284,15 +284,23 @@ END $$;
 REVOKE EXECUTE ON FUNCTION events_emit_or_park(text[], text[], jsonb[]) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION events_notify(text[]) FROM PUBLIC;
 
--- How many jobs wait in the caller's own lanes (0029), with what the journal holds for
--- them: exact while runs overlap too.
+-- A lane's counts as readers want them: its row plus what the journal holds for it (a
+-- few lines while runs overlap), so a figure is exact before the lines are folded in.
+-- The claim reads job_lanes itself (it walks job_lanes_claim_idx) and adds the journal's
+-- served the same way.
+CREATE VIEW job_lane_counts AS
+SELECT l.type, l.lane, l.priority, l.paused, l.head_at, l.ready_at,
+       l.pending + coalesce(j.pending, 0) AS pending,
+       l.served + coalesce(j.served, 0) AS served
+FROM job_lanes l
+LEFT JOIN (SELECT type, lane, sum(pending)::int AS pending, sum(served)::int AS served
+           FROM job_lane_journal GROUP BY type, lane) j ON j.type = l.type AND j.lane = l.lane;
+
+-- How many jobs wait in the caller's own lanes (0029), from those counts.
 CREATE OR REPLACE FUNCTION app_waiting_jobs() RETURNS bigint
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
     SELECT coalesce(sum(c.pending), 0)::bigint
-           + coalesce((SELECT sum(j.pending) FROM job_lane_journal j
-                       JOIN lanes l ON l.id = j.lane
-                       WHERE l.owner_id = (SELECT app_user_id())), 0)::bigint
-    FROM lanes l JOIN job_lanes c ON c.lane = l.id
+    FROM lanes l JOIN job_lane_counts c ON c.lane = l.id
     WHERE l.owner_id = (SELECT app_user_id())
 $$;
 

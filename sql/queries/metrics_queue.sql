@@ -5,23 +5,15 @@
 -- lane's earliest when it was written); it stops moving when nothing claims the lane, so
 -- the age grows exactly while ready work waits.
 --
--- A lane's count is its row plus what the lane journal holds for it (claims that found the
--- row held by another claim; a few lines while runs overlap), so the figure is exact
--- before the lines are folded in too.
-WITH journal AS (
-    SELECT type, lane, sum(pending)::bigint AS pending FROM job_lane_journal GROUP BY type, lane
-), counted AS (
-    SELECT l.type, l.paused, l.ready_at, l.pending + coalesce(j.pending, 0) AS pending
-    FROM job_lanes l
-    LEFT JOIN journal j ON j.type = l.type AND j.lane = l.lane
-    WHERE l.pending > 0
-), lanes AS (
+-- From job_lane_counts: a lane's row plus what the lane journal holds for it, so the
+-- figure is exact while runs overlap too.
+WITH lanes AS (
     SELECT type,
            sum(pending)::bigint AS pending,
            (sum(pending) FILTER (WHERE paused))::bigint AS paused,
            extract(epoch FROM now() - min(ready_at) FILTER (WHERE NOT paused AND ready_at <= now()))
                AS oldest_ready_seconds
-    FROM counted
+    FROM job_lane_counts
     WHERE pending > 0
     GROUP BY type
 ), running AS (
