@@ -326,6 +326,24 @@ async def test_a_lanes_stale_jobs_weigh_before_its_ready_ones(pool):
     assert {j.id for j in claimed} == set(dead) | set(b_jobs[:3])
 
 
+async def test_a_stale_job_that_lost_its_slot_fills_what_a_deferred_job_left_empty(pool):
+    """Lane a (never served) holds one job due and one deferred for an hour: its two slots
+    outweigh lane b's stale job (b has served 3), but only one of them can be filled. A
+    claim of 2 takes a's due job and b's stale one; it took a's alone."""
+    owner = await f.user(pool, "standard")
+    a, b = await f.campaign(pool, owner), await f.campaign(pool, owner)
+    lease = f.lease(seconds=60)
+    await f.jobs(pool, "t", 3, lane=b)
+    served = await q.claim(pool, lease, await f.run(pool), 3)  # b has served 3; one died with its run
+    await q.complete(pool, served[0].run_id, [served[0].id, served[1].id])
+    await f.age_lock(pool, served[2].id, 120)
+    due = await f.jobs(pool, "t", 1, lane=a)
+    await q.enqueue(pool, NewJob(type="t", lane=a,
+                                 run_after=await pool.fetchval("SELECT now() + interval '1 hour'")))
+    claimed = await q.claim(pool, lease, await f.run(pool), 2)
+    assert {j.id for j in claimed} == {due[0], served[2].id}
+
+
 async def _two_claims_at_once_over_60_tied_lanes(pool, dsn, scan_turned_off: str) -> tuple[list, list]:
     """Two claims of 25 in open transactions, the first holding 25 lanes' only jobs while the
     second claims; the first planned with `scan_turned_off` ('enable_seqscan', ...) off, on
@@ -355,20 +373,17 @@ async def _two_claims_at_once_over_60_tied_lanes(pool, dsn, scan_turned_off: str
 
 
 async def test_two_claims_at_once_over_many_tied_lanes_share_nothing_and_neither_is_empty(pool, dsn):
-    # the claim as planned on the lane index: planned otherwise, it starves the second
-    # claim (the xfail below). A full suite saw this test's second claim come back empty
-    # once; what gave that connection another plan was not found.
+    # the claim as planned on the lane index (the test below: planned otherwise)
     first, second = await _two_claims_at_once_over_60_tied_lanes(pool, dsn, "enable_seqscan")
     assert len(first) == 25 and len(second) == 25
     assert not {j.id for j in first} & {j.id for j in second}
 
 
-@pytest.mark.xfail(strict=True, reason="heads locks each probed lane's head job: planned as a sort "
-                                       "instead of the job_lanes_claim_idx walk, a claim probes and locks "
-                                       "every lane's head, and a claim beside it finds none free")
 async def test_two_claims_at_once_share_the_lanes_whatever_the_plan(pool, dsn):
-    """The test above with the claim planned without the lane index: the second claim comes
-    back empty while 35 lanes have a ready job nobody holds."""
+    """The test above with the claim planned without the lane index. When the probes were
+    sorted after they ran, the first claim locked all 60 lanes' heads and the second came
+    back empty while 35 lanes had a ready job nobody held; now the probes follow the walk
+    and stop at the claim's size, whatever the plan."""
     first, second = await _two_claims_at_once_over_60_tied_lanes(pool, dsn, "enable_indexscan")
     assert len(first) == 25 and len(second) == 25
 

@@ -64,6 +64,16 @@ WITH done AS (
     -- statement commits. (The index orders tied lanes by their oldest pending job,
     -- which is their oldest ready one unless the lane holds a deferred job older than its
     -- ready work, e.g. a retry waiting out its backoff; `slots` uses the probe's head.)
+    --
+    -- The lanes are put in order inside their own subquery (`walk`) and probed outside
+    -- it, with no ORDER BY over the probes: planned any way at all, the probes run in
+    -- the walk's order and stop at the $2-th lane found free, so a claim locks at most
+    -- $2 heads. Sorted after probing (as a plan without the lane index would), it probed
+    -- and locked every lane's head, and a claim beside it found none free. The walk's
+    -- bound: a probe that finds a lane held locks nothing, and another claim holds at
+    -- most 2 × $2 jobs, so 40 × $2 lanes leave this claim $2 free ones unless about 20
+    -- claims of its size overlap on the same lanes; it is also what tells the planner
+    -- that a few lanes are read, not all of them.
     SELECT l.lane, l.pending,
            -- what claims in flight took and left in the journal counts as served too
            l.served + coalesce((SELECT sum(n.served) FROM job_lane_journal n
@@ -72,7 +82,13 @@ WITH done AS (
            -- the lane's stale jobs come first in its order: counted once here, not for
            -- each of the lane's slots below (up to $2 each)
            (SELECT count(*) FROM stale s WHERE s.lane = l.lane) AS stale_n
-    FROM job_lanes l
+    FROM (
+        SELECT l.type, l.lane, l.pending, l.served, l.priority
+        FROM job_lanes l
+        WHERE l.type = $1 AND l.pending > 0 AND NOT l.paused AND l.ready_at <= now()
+        ORDER BY l.priority DESC, l.served, l.head_at
+        LIMIT 40 * $2
+    ) l
     CROSS JOIN LATERAL (
         SELECT j.created_at FROM jobs j
         WHERE j.status = 'pending' AND j.type = $1 AND j.lane = l.lane AND j.run_after <= now()
@@ -80,8 +96,6 @@ WITH done AS (
         LIMIT 1
         FOR UPDATE SKIP LOCKED
     ) h
-    WHERE l.type = $1 AND l.pending > 0 AND NOT l.paused AND l.ready_at <= now()
-    ORDER BY l.priority DESC, l.served, l.head_at
     LIMIT $2
 ), last_first AS (
     -- the last of the heads' first slots in claim order: the lowest priority among them,
@@ -123,10 +137,39 @@ WITH done AS (
         LIMIT q.n
         FOR UPDATE SKIP LOCKED
     ) j
-), picked AS (
+), fair_picked AS (
     SELECT id FROM slots WHERE id IS NOT NULL
     UNION ALL
     SELECT id FROM fair
+), refill AS (
+    -- a lane's quota counts its pending jobs, and some of them may not be claimable now
+    -- (deferred behind its ready ones, or taken by a claim since this one's snapshot):
+    -- what `slots` and `fair` could not fill goes to the stale jobs that lost their slot
+    -- (already locked), then to the heads' other ready jobs, lanes in claim order, so a
+    -- claim is as full as the free work allows. Skipped entirely when the claim is full;
+    -- locks only what it takes (no ORDER BY over the probes, as in heads).
+    SELECT x.id
+    FROM (
+        SELECT s.id FROM stale s WHERE s.id <> ALL (ARRAY(SELECT id FROM fair_picked))
+        UNION ALL
+        SELECT r.id
+        FROM (SELECT h.lane FROM heads h ORDER BY h.priority DESC, h.served, h.head_at) h
+        CROSS JOIN LATERAL (
+            SELECT j.id FROM jobs j
+            WHERE j.status = 'pending' AND j.type = $1 AND j.lane = h.lane AND j.run_after <= now()
+              -- this claim's own locks do not make it skip: what it took is left out by id
+              AND j.id <> ALL (ARRAY(SELECT id FROM fair))
+            ORDER BY j.created_at
+            LIMIT $2
+            FOR UPDATE SKIP LOCKED
+        ) r
+    ) x
+    WHERE (SELECT count(*) FROM fair_picked) < $2
+    LIMIT greatest($2 - (SELECT count(*) FROM fair_picked), 0)
+), picked AS (
+    SELECT id FROM fair_picked
+    UNION ALL
+    SELECT id FROM refill
 ), claimed AS (
     UPDATE jobs
     SET status = 'running', locked_at = now(), attempts = jobs.attempts + 1, run_id = $3
