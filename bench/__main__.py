@@ -35,6 +35,7 @@ from pathlib import Path
 
 from bench import claim_latency, coldstart, drain, events, invocations, machine, metrics, paired, peers
 from bench.server import Server
+from bench.waits import said
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -267,6 +268,10 @@ def _table(out: dict) -> str:
                 f"  {r['shape']:10s} {r['batch']:5d}  {r['variant']:9s} {r['jobs_s_median']:8,.0f}  "
                 f"{' '.join(f'{x:,}' for x in r['jobs_s_all']):24s} {r['enqueue_jobs_s_median']:8,.0f}  "
                 f"{per_claim:10.1f}  {early:>11s}  {cpu:>10s}  {others:>11s}  {'ok' if r['all_ok'] else 'FAILED'}")
+        waits = [(r, w) for r in d["results"].values() if (w := said(r.get("waits_median")))]
+        if waits:
+            lines.append("  what the server's active backends were doing (median shares, bench/waits.py):")
+            lines += [f"    {r['shape']:10s} {r['batch']:5d}  {r['variant']:9s} {w}" for r, w in waits]
     elif "error" in d:
         lines.append(f"\nDrain: {d['error']}")
     st = out.get("statements", {})

@@ -26,6 +26,7 @@ must not pay for auditing). Both run at every setting, interleaved.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import time
 import uuid
@@ -40,6 +41,7 @@ from app.settings import load_settings
 
 from bench import fixtures
 from bench.noop_stage import TYPE, noop
+from bench.waits import WaitSampler, said
 
 
 def _lanes(shape: str, campaign_ids: list[uuid.UUID]) -> list[uuid.UUID | None]:
@@ -78,7 +80,8 @@ async def _audit_rows(db) -> int:
 
 
 async def _one(pool, settings, lanes, n: int, workers: int, batch: int, cap: float,
-               variant: str, meter) -> dict:
+               variant: str, meter, dsn: str | None = None) -> dict:
+    """One drain; with `dsn`, what the server's backends waited for meanwhile (bench/waits.py)."""
     await _reset(pool)
     trigger = await _audit_trigger(pool, on=variant != "no-audit")
     audit_before = await _audit_rows(pool)
@@ -91,12 +94,13 @@ async def _one(pool, settings, lanes, n: int, workers: int, batch: int, cap: flo
 
     stage = Stage(type=TYPE, handler=noop, batch=batch, concurrency=1, lease=300, timeout=60)
     pipelines = [Pipeline(pool, [stage], settings) for _ in range(workers)]
-    cpu0 = meter.snapshot()
-    t0 = time.perf_counter()
-    results = await asyncio.wait_for(
-        asyncio.gather(*(p.run(trigger="bench") for p in pipelines)), timeout=cap)
-    wall = time.perf_counter() - t0
-    cpu = meter.share(cpu0, meter.snapshot())
+    async with (WaitSampler(dsn) if dsn else contextlib.nullcontext()) as sampler:
+        cpu0 = meter.snapshot()
+        t0 = time.perf_counter()
+        results = await asyncio.wait_for(
+            asyncio.gather(*(p.run(trigger="bench") for p in pipelines)), timeout=cap)
+        wall = time.perf_counter() - t0
+        cpu = meter.share(cpu0, meter.snapshot())
 
     row = await pool.fetchrow(
         "SELECT count(*) AS total, count(*) FILTER (WHERE status = 'done') AS done, "
@@ -133,6 +137,7 @@ async def _one(pool, settings, lanes, n: int, workers: int, batch: int, cap: flo
         "jobs_per_claim": round(n / max(claims, 1), 1),
         "runs_stopped_early": len(early), "most_jobs_claimed_after_an_early_stop": (early or [0])[0],
         "per_run_jobs": sorted(r.jobs_done for r in results),
+        "waits": sampler.result() if sampler else None,
     }
 
 
@@ -141,6 +146,16 @@ def _cpu_median(rs: list[dict]) -> dict | None:
     if not per:
         return None
     return {k: statistics.median(x[k] for x in per) for k in ("client", "server")}
+
+
+def _waits_median(rs: list[dict]) -> dict | None:
+    """Each wait class's median share over the runs that were sampled."""
+    sampled = [r["waits"] for r in rs if r.get("waits") and r["waits"]["share"]]
+    if not sampled:
+        return None
+    kinds = sorted({k for w in sampled for k in w["share"]}, key=lambda k: -sampled[0]["share"].get(k, 0))
+    return {"active_backends_mean": statistics.median(w["active_backends_mean"] for w in sampled),
+            "share": {k: statistics.median(w["share"].get(k, 0) for w in sampled) for k in kinds}}
 
 
 def _swap_pairs(plan: list, k: int) -> list:
@@ -184,7 +199,7 @@ async def run(server, *, n: int, workers: int, batches: list[int], shapes: list[
                         f"{variant} run {i + 1}")
                     continue
                 r = await _one(pool, settings, _lanes(shape, campaign_ids), n, workers, batch,
-                               left, variant, server.meter)
+                               left, variant, server.meter, dsn=dsn)
                 runs[(shape, batch, variant)].append(r)
                 log(f"  drain {shape:9s} batch={batch:<3d} {variant:8s} run {i + 1}: "
                     f"{r['jobs_s']:7,.0f} jobs/s  (enqueue {r['enqueue_jobs_s']:7,.0f} jobs/s)  "
@@ -192,6 +207,7 @@ async def run(server, *, n: int, workers: int, batches: list[int], shapes: list[
                     + (f"  CPU per job: client {c['client']} us, server {c['server']} us;"
                        f" others used {r['cpu_share']['others']:.0%} of the CPUs"
                        if (c := r["cpu_us_per_job"]) else "")
+                    + (f"; backends: {w}" if (w := said(r["waits"])) else "")
                     + ("" if r["ok"] else "  CHECKS FAILED: " + ", ".join(
                         f"{k}={r[k]}" for k in ("done", "attempts_ne_1", "runs_jobs_done",
                                                 "stop_reasons", "errors", "audit_rows_for_jobs"))))
@@ -207,6 +223,7 @@ async def run(server, *, n: int, workers: int, batches: list[int], shapes: list[
                 "enqueue_jobs_s_all": [round(r["enqueue_jobs_s"]) for r in rs],
                 "all_ok": all(r["ok"] for r in rs),
                 "cpu_us_per_job_median": _cpu_median(rs),
+                "waits_median": _waits_median(rs),
                 "others_cpu_share_all": [r["cpu_share"]["others"] if r["cpu_share"] else None for r in rs],
                 "runs": rs,
             }
