@@ -35,7 +35,7 @@ from pathlib import Path
 
 from bench import claim_latency, coldstart, drain, events, invocations, machine, metrics, paired, peers
 from bench.server import Server
-from bench.waits import said
+from bench.sampling import said
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -270,7 +270,7 @@ def _table(out: dict) -> str:
                 f"{per_claim:10.1f}  {early:>11s}  {cpu:>10s}  {others:>11s}  {'ok' if r['all_ok'] else 'FAILED'}")
         waits = [(r, w) for r in d["results"].values() if (w := said(r.get("waits_median")))]
         if waits:
-            lines.append("  what the server's active backends were doing (median shares, bench/waits.py):")
+            lines.append("  what the server's active backends were doing, and the lanes' drift (medians, bench/sampling.py):")
             lines += [f"    {r['shape']:10s} {r['batch']:5d}  {r['variant']:9s} {w}" for r, w in waits]
     elif "error" in d:
         lines.append(f"\nDrain: {d['error']}")

@@ -41,7 +41,7 @@ from app.settings import load_settings
 
 from bench import fixtures
 from bench.noop_stage import TYPE, noop
-from bench.waits import WaitSampler, said
+from bench.sampling import Sampler, said
 
 
 def _lanes(shape: str, campaign_ids: list[uuid.UUID]) -> list[uuid.UUID | None]:
@@ -81,7 +81,8 @@ async def _audit_rows(db) -> int:
 
 async def _one(pool, settings, lanes, n: int, workers: int, batch: int, cap: float,
                variant: str, meter, dsn: str | None = None) -> dict:
-    """One drain; with `dsn`, what the server's backends waited for meanwhile (bench/waits.py)."""
+    """One drain; with `dsn`, what the server's backends waited for meanwhile and how far
+    apart the lanes of one priority drifted (bench/sampling.py)."""
     await _reset(pool)
     trigger = await _audit_trigger(pool, on=variant != "no-audit")
     audit_before = await _audit_rows(pool)
@@ -94,7 +95,7 @@ async def _one(pool, settings, lanes, n: int, workers: int, batch: int, cap: flo
 
     stage = Stage(type=TYPE, handler=noop, batch=batch, concurrency=1, lease=300, timeout=60)
     pipelines = [Pipeline(pool, [stage], settings) for _ in range(workers)]
-    async with (WaitSampler(dsn) if dsn else contextlib.nullcontext()) as sampler:
+    async with (Sampler(dsn, TYPE) if dsn else contextlib.nullcontext()) as sampler:
         cpu0 = meter.snapshot()
         t0 = time.perf_counter()
         results = await asyncio.wait_for(
@@ -149,13 +150,16 @@ def _cpu_median(rs: list[dict]) -> dict | None:
 
 
 def _waits_median(rs: list[dict]) -> dict | None:
-    """Each wait class's median share over the runs that were sampled."""
+    """Each sampled figure's median over the runs that were sampled."""
     sampled = [r["waits"] for r in rs if r.get("waits") and r["waits"]["share"]]
     if not sampled:
         return None
     kinds = sorted({k for w in sampled for k in w["share"]}, key=lambda k: -sampled[0]["share"].get(k, 0))
+    spreads = [w["lane_spread"] for w in sampled if w.get("lane_spread")]
     return {"active_backends_mean": statistics.median(w["active_backends_mean"] for w in sampled),
-            "share": {k: statistics.median(w["share"].get(k, 0) for w in sampled) for k in kinds}}
+            "share": {k: statistics.median(w["share"].get(k, 0) for w in sampled) for k in kinds},
+            "lane_spread": ({k: statistics.median(x[k] for x in spreads) for k in ("median", "p90", "max")}
+                            if spreads else None)}
 
 
 def _swap_pairs(plan: list, k: int) -> list:
