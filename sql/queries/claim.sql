@@ -65,8 +65,8 @@ WITH done AS (
     -- which is their oldest ready one unless the lane holds a deferred job older than its
     -- ready work, e.g. a retry waiting out its backoff; `slots` uses the probe's head.)
     --
-    -- The lanes are put in order inside their own subquery (`walk`) and probed outside
-    -- it, with no ORDER BY over the probes: planned any way at all, the probes run in
+    -- The lanes are put in order inside a subquery of their own (`l` below) and probed
+    -- outside it, with no ORDER BY over the probes: planned any way at all, the probes run in
     -- the walk's order and stop at the $2-th lane found free, so a claim locks at most
     -- $2 heads. Sorted after probing (as a plan without the lane index would), it probed
     -- and locked every lane's head, and a claim beside it found none free. The walk's
