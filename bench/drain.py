@@ -149,7 +149,7 @@ def _cpu_median(rs: list[dict]) -> dict | None:
     return {k: statistics.median(x[k] for x in per) for k in ("client", "server")}
 
 
-def _waits_median(rs: list[dict]) -> dict | None:
+def _sampled_median(rs: list[dict]) -> dict | None:
     """Each sampled figure's median over the runs that were sampled."""
     sampled = [r["waits"] for r in rs if r.get("waits") and r["waits"]["share"]]
     if not sampled:
@@ -227,7 +227,7 @@ async def run(server, *, n: int, workers: int, batches: list[int], shapes: list[
                 "enqueue_jobs_s_all": [round(r["enqueue_jobs_s"]) for r in rs],
                 "all_ok": all(r["ok"] for r in rs),
                 "cpu_us_per_job_median": _cpu_median(rs),
-                "waits_median": _waits_median(rs),
+                "waits_median": _sampled_median(rs),
                 "others_cpu_share_all": [r["cpu_share"]["others"] if r["cpu_share"] else None for r in rs],
                 "runs": rs,
             }

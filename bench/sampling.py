@@ -4,7 +4,7 @@ drifted.
 
 CPU time per job says how much work a job costs; it does not say why a drain that leaves
 the CPUs partly idle is not faster, nor whether overlapping claims kept the lanes' turns.
-`async with Sampler(dsn) as s: <drain>`, then s.result().
+`async with Sampler(dsn, job_type) as s: <drain>`, then s.result().
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ HAVING count(*) > 1 AND max(served) > 0
 # wait events by what they mean for a queue: a backend running (cpu), waiting for its
 # commit's WAL to be written and flushed (wal), for a page another backend is changing
 # (buffer), for a row or transaction another holds (row lock), or anything else
-_WAL_EVENTS = {"WALWrite", "WalSync", "WALInsert", "WalWrite", "WalInitWrite", "WalInitSync",
-               "WALBufMapping", "WALSync"}
+_WAL_EVENTS = {"WALWrite", "WALInsert", "WALBufMapping",                    # LWLocks
+               "WalWrite", "WalSync", "WalInitWrite", "WalInitSync"}         # IO
 
 
 def kind(wait_type: str | None, wait_event: str | None) -> str:
@@ -54,14 +54,14 @@ def kind(wait_type: str | None, wait_event: str | None) -> str:
     return "other"
 
 
-def _quantile(xs: list[int], q: float) -> int | None:
-    return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] if xs else None
+def _quantile(xs: list[int], q: float) -> int:
+    return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))]
 
 
 class Sampler:
-    """Every `every` seconds: the backends' waits, and (given a job type) the lanes' spread."""
+    """Every `every` seconds: the backends' waits, and the spread of `job_type`'s lanes."""
 
-    def __init__(self, dsn: str, job_type: str | None = None, every: float = 0.02) -> None:
+    def __init__(self, dsn: str, job_type: str, every: float = 0.02) -> None:
         self.dsn, self.job_type, self.every = dsn, job_type, every
         self.waits: Counter = Counter()
         self.spreads: list[int] = []
@@ -78,8 +78,7 @@ class Sampler:
         while True:
             for r in await self._conn.fetch(WAITS):
                 self.waits[kind(r["wait_event_type"], r["wait_event"])] += 1
-            if self.job_type is not None:
-                self.spreads += [r["spread"] for r in await self._conn.fetch(SPREAD, self.job_type)]
+            self.spreads += [r["spread"] for r in await self._conn.fetch(SPREAD, self.job_type)]
             self.samples += 1
             await asyncio.sleep(self.every)
 

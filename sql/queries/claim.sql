@@ -146,8 +146,9 @@ WITH done AS (
     -- (deferred behind its ready ones, or taken by a claim since this one's snapshot):
     -- what `slots` and `fair` could not fill goes to the stale jobs that lost their slot
     -- (already locked), then to the heads' other ready jobs, lanes in claim order, so a
-    -- claim is as full as the free work allows. Skipped entirely when the claim is full;
-    -- locks only what it takes (no ORDER BY over the probes, as in heads).
+    -- claim is as full as the free work allows. Its LIMIT is 0 when the claim is full, and
+    -- a LIMIT of 0 runs nothing below it; it locks only what it takes (no ORDER BY over
+    -- the probes, as in heads).
     SELECT x.id
     FROM (
         SELECT s.id FROM stale s WHERE s.id <> ALL (ARRAY(SELECT id FROM fair_picked))
@@ -164,7 +165,6 @@ WITH done AS (
             FOR UPDATE SKIP LOCKED
         ) r
     ) x
-    WHERE (SELECT count(*) FROM fair_picked) < $2
     LIMIT greatest($2 - (SELECT count(*) FROM fair_picked), 0)
 ), picked AS (
     SELECT id FROM fair_picked
