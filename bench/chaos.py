@@ -166,9 +166,9 @@ INVARIANTS = {
         "SELECT count(*) FROM runs WHERE finished_at IS NULL", ()),
     "every batch reconciled": (
         "SELECT count(*) FROM batches WHERE status IN ('pending', 'running')", ()),
-    # what claims left for a held lane row or lane room is folded in by the last run's end
-    "nothing left in the lane journal or the event backlog": (
-        "SELECT (SELECT count(*) FROM job_lane_journal) + (SELECT count(*) FROM event_backlog)", ()),
+    # what claims left for a held lane row, and the settled counts parked, go in at the last run's end
+    "nothing left in the lane journal or the settled backlog": (
+        "SELECT (SELECT count(*) FROM job_lane_journal) + (SELECT count(*) FROM settled_backlog)", ()),
     "lane counters equal a recount (pending) and the hourly buckets (served)": (
         "SELECT count(*) FROM job_lanes l "
         "WHERE l.pending <> (SELECT count(*) FROM jobs j WHERE j.type = l.type AND j.lane = l.lane "

@@ -1,7 +1,7 @@
 """Overlapping claims do not queue on each other's lane rows. A claim that finds a lane's
-counter row or a lane's event room held by another transaction (another claim in flight,
-until it commits) does not wait for it: its counts go to the journal and its event to the
-backlog, and the next holder, or a run's heartbeat or end, folds them in. Each test holds
+counter row held by another transaction (another claim in flight, until it commits) does
+not wait for it: its counts go to the journal, and the next holder, or a run's heartbeat
+or end, folds them in (settled events never take a room: tests/events/test_settled_passes.py). Each test holds
 the row the way a claim in flight does and then does the claim; the last one does the
 overlap for real and checks every count and every number afterwards."""
 
@@ -29,7 +29,6 @@ NOT_WAITING = 5.0  # seconds: far more than a claim takes, far less than the hol
 
 
 LANE_ROW = "SELECT 1 FROM job_lanes WHERE lane = $1 FOR NO KEY UPDATE"
-ROOM_ROW = "SELECT 1 FROM event_rooms WHERE room = $1 FOR NO KEY UPDATE"
 
 
 @asynccontextmanager
@@ -138,27 +137,6 @@ async def test_a_hand_back_waits_for_the_lane_row_and_folds_what_waits_for_it(po
     assert await true_pending(pool, "t") == {lane: 3}
 
 
-async def test_a_settled_event_for_a_held_room_is_parked_then_numbered_first(pool, dsn):
-    lane = uuid.uuid4()
-    await jobs(pool, "t", 5, lane=lane)
-    room = f"lane:{lane}"
-    await pool.execute("INSERT INTO event_rooms (room, head_seq) VALUES ($1, 7)", room)
-    run_id = await run(pool)
-    first = await q.claim(pool, lease("t"), run_id, 3)
-    async with holding(dsn, ROOM_ROW, room):
-        done = await asyncio.wait_for(q.complete(pool, run_id, [j.id for j in first]), NOT_WAITING)
-        assert len(done) == 3
-        # written with the change, numbered later: nothing a reader could see yet
-        assert await pool.fetchval("SELECT count(*) FROM events WHERE room = $1", room) == 0
-        assert await pool.fetchval("SELECT count(*) FROM event_backlog WHERE room = $1", room) == 1
-    rest = await q.claim(pool, lease("t"), run_id, 5)
-    await q.complete(pool, run_id, [j.id for j in rest])
-    rows = await pool.fetch("SELECT seq, data FROM events WHERE room = $1 ORDER BY seq", room)
-    assert [(r["seq"], r["data"]["done"]) for r in rows] == [(8, 3), (9, 2)]
-    assert await pool.fetchval("SELECT head_seq FROM event_rooms WHERE room = $1", room) == 9
-    assert await pool.fetchval("SELECT count(*) FROM event_backlog") == 0
-
-
 async def _noop(job, ctx) -> None:
     return None
 
@@ -174,7 +152,7 @@ async def test_overlapping_runs_leave_every_count_and_number_exact(pool, dsn):
     assert sum(r.jobs_done for r in results) == len(lanes) * per_lane
     # the last run's end folded what the others left: nothing waits, every count is exact
     assert await pool.fetchval("SELECT count(*) FROM job_lane_journal") == 0
-    assert await pool.fetchval("SELECT count(*) FROM event_backlog") == 0
+    assert await pool.fetchval("SELECT count(*) FROM settled_backlog") == 0
     counts = await lane_counts(pool, "t")
     assert all(c == (0, per_lane) for c in counts.values()), counts
     assert await _served_by_hours(pool, "t") == {lane: per_lane for lane in lanes}

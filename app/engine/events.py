@@ -29,6 +29,8 @@ _UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]
 ROOM_PATTERN = rf"^(system|(account|lane|batch):{_UUID})$"
 _ROOM = re.compile(ROOM_PATTERN)
 NOTIFY_CHANNEL = "skiplock_events"
+# a line of a NOTIFY payload: the pipeline parked settled counts for a lane somebody follows
+SETTLED_NOTICE = "settled"
 
 
 class BadRoom(ValueError):
@@ -82,7 +84,9 @@ class Page:
 async def read_after(db, room: str, after: int, window: int, limit: int) -> Page:
     """Up to `limit` events of `room` after seq `after`, under the replay rule. `db` may
     be a tenant transaction: a room it cannot read reads as empty (use room_readable
-    to tell the two apart)."""
+    to tell the two apart). What the pipeline parked is numbered first, so a reader
+    polling a lane sees its settled counts now, not at the run's next heartbeat."""
+    await number_settled(db)
     rows = await db.fetch(query("events_after"), room, after, window, limit)
     head = rows[0]["head_seq"] if rows else 0
     oldest = oldest_replayable(head, window)
@@ -92,6 +96,12 @@ async def read_after(db, room: str, after: int, window: int, limit: int) -> Page
     events = [Event(room, r["seq"], r["type"], r["data"], r["at"]) for r in rows if r["seq"] is not None]
     cursor = events[-1].seq if events else (oldest - 1 if missed else after)
     return Page(gap(room, after, oldest) if missed else None, events, cursor, head)
+
+
+async def number_settled(db) -> int:
+    """One numbering pass over the settled counts the pipeline parked (migration 0032):
+    one 'jobs.settled' per lane and type; how many events it wrote."""
+    return await db.fetchval(query("events_number_settled"))
 
 
 async def read_between(db, room: str, first: int, last: int, limit: int) -> list[Event]:

@@ -10,6 +10,10 @@ under the replay rule (a gap when it fell further than EVENTS_REPLAY), so a slow
 costs a bounded amount of memory, never more. The same happens to everyone when the
 LISTEN connection is lost: notices sent meanwhile are gone, the database is not.
 
+The pipeline parks what it settles and NOTIFYs a 'settled' line when somebody follows one
+of those lanes; the hub then runs one numbering pass within NUMBER_AFTER_SECONDS (one
+pass for all that settled meanwhile), whose events come back as ordinary notices.
+
 Notices are handled one at a time, in arrival order (commit order). A subscriber may
 still see a seq twice or a hole (it subscribed while a range was being read): it drops
 what it already has and fills holes from the database."""
@@ -31,6 +35,7 @@ from app.engine.queries import query
 log = logging.getLogger("skiplock.events")
 
 RECONNECT_SECONDS = 1.0
+NUMBER_AFTER_SECONDS = 0.25  # live within a second, one pass for many settling statements
 _LOST = object()  # the LISTEN connection went away
 
 
@@ -92,6 +97,8 @@ class EventHub:
         self._lost = False
         self._conn_lock = asyncio.Lock()  # the LISTEN connection also registers watched rooms
         self._task: asyncio.Task | None = None
+        self._numbering: asyncio.Task | None = None
+        self._settled_asks = 0  # 'settled' notices received
         self._conn: asyncpg.Connection | None = None
         self.listening = asyncio.Event()
 
@@ -175,6 +182,8 @@ class EventHub:
                 await asyncio.sleep(RECONNECT_SECONDS)
 
     async def _deliver(self, payload: str) -> None:
+        if store.SETTLED_NOTICE in payload.splitlines():
+            self._number_soon()
         wanted = [(room, first, last) for room, first, last in store.parse_notice(payload)
                   if self._rooms.get(room)]
         if not wanted:
@@ -185,6 +194,26 @@ class EventHub:
             events = await store.read_between(pool, room, first, last, self._queue_limit + 1)
             for sub in list(self._rooms.get(room, ())):
                 sub.offer(events)
+
+    def _number_soon(self) -> None:
+        self._settled_asks += 1
+        if self._numbering is None or self._numbering.done():
+            self._numbering = asyncio.create_task(self._number_settled(), name="skiplock-event-numbering")
+
+    async def _number_settled(self) -> None:
+        """Numbering passes until one has started after the last 'settled' notice: what
+        committed before a pass's statement began is in its snapshot."""
+        while True:
+            await asyncio.sleep(NUMBER_AFTER_SECONDS)
+            asks = self._settled_asks
+            try:
+                await store.number_settled(await self._pool())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the run's heartbeat or a reader numbers it instead
+                log.warning("numbering settled counts failed (%s: %s)", type(exc).__name__, exc)
+            if asks == self._settled_asks:
+                return
 
     async def _drop_connection(self) -> None:
         conn, self._conn = self._conn, None
@@ -199,5 +228,10 @@ class EventHub:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(self._task, timeout=5)
             self._task = None
+        if self._numbering is not None:
+            self._numbering.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._numbering
+            self._numbering = None
         self.listening.clear()
         await self._drop_connection()

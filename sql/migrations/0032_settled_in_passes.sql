@@ -1,0 +1,179 @@
+-- The pipeline's 'jobs.settled' events are parked with the change and numbered in passes
+-- (docs/events.md#numbering, docs/performance.md#settled-counts-in-passes).
+--
+-- A settling statement of a mixed batch of 25 touches up to 25 lanes, and one event per
+-- lane per batch is about one event per job: numbering each (lock the room, move its
+-- head, insert the event) took a fifth of the drain. Now a settling statement only
+-- appends its counts per lane and type to settled_backlog, an unindexed table, in the same
+-- transaction as the change (a rolled-back change parks nothing). A numbering pass takes
+-- what is parked (SKIP LOCKED: passes never share a row), adds it up per lane and type,
+-- and writes one 'jobs.settled' per lane and type, numbered as people's events are: a
+-- lane's event covers each batch it finished since its last one (`batches` says how many).
+-- Passes run:
+--   * when somebody follows a lane live: the statement NOTIFYs 'settled' and the follower's
+--     hub runs a pass within a quarter of a second (app/events/hub.py);
+--   * before every read of a room (GET /events, a WebSocket's catch-up);
+--   * at a run's heartbeat (every 15 s) and at its end, for what nobody asked for.
+-- The pipeline never takes a room's row, so overlapping runs never wait for each other's
+-- rooms, and nothing replaces the old event backlog: what it held is carried over.
+
+CREATE TABLE settled_backlog (
+    lane      uuid NOT NULL,
+    type      text NOT NULL,
+    run_id    uuid,
+    done      integer NOT NULL,
+    failed    integer NOT NULL,
+    retrying  integer NOT NULL,
+    deferred  integer NOT NULL,
+    at        timestamptz NOT NULL DEFAULT now()
+) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = 0);
+
+INSERT INTO settled_backlog (lane, type, run_id, done, failed, retrying, deferred, at)
+SELECT (data->>'lane')::uuid, data->>'type', (data->>'runId')::uuid, (data->>'done')::int,
+       (data->>'failed')::int, (data->>'retrying')::int, (data->>'deferred')::int, at
+FROM event_backlog
+WHERE type = 'jobs.settled'
+ORDER BY id;
+
+-- One pass: up to 20,000 parked rows (a bounded statement; what is left waits for the
+-- next pass), one event per lane and type, rooms locked in order by events_emit. How
+-- many events it wrote.
+CREATE FUNCTION events_number_settled() RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    rooms text[]; types text[]; data jsonb[];
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM settled_backlog) THEN
+        RETURN 0;
+    END IF;
+    WITH taken AS (
+        DELETE FROM settled_backlog b
+        WHERE b.ctid = ANY (ARRAY(SELECT s.ctid FROM settled_backlog s LIMIT 20000 FOR UPDATE SKIP LOCKED))
+        RETURNING b.*
+    ), per_lane AS (
+        SELECT lane, type, sum(done) AS done, sum(failed) AS failed, sum(retrying) AS retrying,
+               sum(deferred) AS deferred, count(*) AS batches,
+               array_agg(DISTINCT run_id) FILTER (WHERE run_id IS NOT NULL) AS runs,
+               min(at) AS since, max(at) AS until
+        FROM taken GROUP BY lane, type
+    )
+    SELECT array_agg('lane:' || lane ORDER BY lane, type), array_agg('jobs.settled'::text),
+           array_agg(jsonb_build_object('lane', lane, 'type', type, 'done', done, 'failed', failed,
+                                        'retrying', retrying, 'deferred', deferred, 'batches', batches,
+                                        'runIds', coalesce(runs, '{}'), 'since', since, 'until', until)
+                     ORDER BY lane, type)
+    INTO rooms, types, data
+    FROM per_lane;
+    PERFORM events_emit(rooms, types, data);
+    RETURN coalesce(cardinality(rooms), 0);
+END $$;
+REVOKE EXECUTE ON FUNCTION events_number_settled() FROM PUBLIC;
+-- a tenant's read numbers first: it writes only what the pipeline parked, nothing it is given
+GRANT EXECUTE ON FUNCTION events_number_settled() TO skiplock_api;
+
+-- A run folds the journal and numbers what is parked as it beats and when it ends.
+CREATE OR REPLACE FUNCTION runs_fold_what_waits() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    PERFORM job_lanes_fold();
+    PERFORM events_number_settled();
+    RETURN NULL;
+END $$;
+
+-- The jobs trigger of 0031: what settled is parked instead of numbered.
+CREATE OR REPLACE FUNCTION jobs_lanes_after_update() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    a_type text[]; a_lane uuid[]; a_pending integer[]; a_served integer[];
+    a_in_head timestamptz[]; a_in_ready timestamptz[]; a_out_head timestamptz[]; a_out_ready timestamptz[];
+    a_may_create boolean;
+    watched boolean;
+    person boolean := events_by_person();
+    -- the pipeline's statements (nobody named) with jobs that were running: settled work
+    settle boolean := NOT person AND events_on()
+                      AND EXISTS (SELECT 1 FROM old_jobs WHERE status = 'running');
+BEGIN
+    -- The pipeline's statements where nothing was or becomes pending, no attempt starts
+    -- and nothing settles: nothing to count or to tell. (A person's always go on: their
+    -- batches' progress is told below.)
+    IF NOT settle AND NOT person AND NOT EXISTS (SELECT 1 FROM old_jobs WHERE status = 'pending')
+       AND NOT EXISTS (SELECT 1 FROM new_jobs WHERE status IN ('pending', 'running')) THEN
+        RETURN NULL;
+    END IF;
+    WITH pair AS (  -- each row's old and new version (a job's id never changes)
+        SELECT o.type AS o_type, o.lane AS o_lane, o.created_at AS o_created, o.run_after AS o_run_after,
+               n.type, n.lane, n.created_at, n.run_after, o.run_id AS o_run_id,
+               o.status AS o_status, n.status AS n_status, o.attempts AS o_attempts, n.attempts,
+               o.status = 'pending' AS was_pending, n.status = 'pending' AS is_pending,
+               (o.type, o.lane, o.created_at, o.run_after)
+                   IS DISTINCT FROM (n.type, n.lane, n.created_at, n.run_after) AS moved,
+               -- an attempt starts (claim or reclaim): served; a deferral hands it back
+               CASE WHEN n.status = 'running' AND (o.status <> 'running' OR n.attempts > o.attempts) THEN 1
+                    WHEN o.status = 'running' AND n.status = 'pending' AND n.attempts < o.attempts THEN -1
+                    ELSE 0 END AS served
+        FROM old_jobs o JOIN new_jobs n ON n.id = o.id
+    ), d AS (
+        -- a pending row that leaves or changes leaves the lane's queue; its new version joins
+        SELECT o_type AS type, o_lane AS lane, -1 AS p, 0 AS s, NULL::timestamptz AS ih,
+               NULL::timestamptz AS ir, o_created AS oh, o_run_after AS orr
+        FROM pair WHERE was_pending AND (NOT is_pending OR moved)
+        UNION ALL
+        SELECT type, lane, 1, 0, created_at, run_after, NULL, NULL
+        FROM pair WHERE is_pending AND (NOT was_pending OR moved)
+        UNION ALL
+        SELECT type, lane, 0, served, NULL, NULL, NULL, NULL
+        FROM pair WHERE served <> 0
+    ), per_lane AS (
+        SELECT type, lane, sum(p)::int AS p, sum(s)::int AS s, min(ih) AS ih, min(ir) AS ir,
+               min(oh) AS oh, min(orr) AS orr
+        FROM d GROUP BY type, lane
+    ), settled AS (
+        SELECT lane, type, min(o_run_id::text) AS run_id,
+               count(*) FILTER (WHERE n_status = 'done') AS done,
+               count(*) FILTER (WHERE n_status = 'failed') AS failed,
+               count(*) FILTER (WHERE n_status = 'pending' AND attempts >= o_attempts) AS retrying,
+               count(*) FILTER (WHERE n_status = 'pending' AND attempts < o_attempts) AS deferred
+        FROM pair
+        WHERE settle AND o_status = 'running' AND n_status <> 'running'
+        GROUP BY lane, type
+    ), counters AS (
+        SELECT array_agg(type) AS a_type, array_agg(lane) AS a_lane, array_agg(p) AS a_p,
+               array_agg(s) AS a_s, array_agg(ih) AS a_ih, array_agg(ir) AS a_ir,
+               array_agg(oh) AS a_oh, array_agg(orr) AS a_orr,
+               bool_or(ih IS NOT NULL OR (s > 0 AND oh IS NULL)) AS a_may_create
+        FROM (SELECT * FROM per_lane ORDER BY type, lane) sorted
+    ), parked AS (
+        -- what settled, parked with the change: one row per lane and type
+        INSERT INTO settled_backlog (lane, type, run_id, done, failed, retrying, deferred)
+        SELECT lane, type, run_id::uuid, done, failed, retrying, deferred FROM settled
+        RETURNING lane
+    ), watched AS (
+        SELECT EXISTS (SELECT 1 FROM event_watch w
+                       WHERE w.room IN (SELECT 'lane:' || p.lane FROM parked p)) AS watched
+    )
+    SELECT c.a_type, c.a_lane, c.a_p, c.a_s, c.a_ih, c.a_ir, c.a_oh, c.a_orr, c.a_may_create, w.watched
+    INTO a_type, a_lane, a_pending, a_served, a_in_head, a_in_ready, a_out_head, a_out_ready,
+         a_may_create, watched
+    FROM counters c, watched w;
+    IF a_type IS NOT NULL THEN  -- else nothing the counters track changed (e.g. progress)
+        PERFORM job_lanes_count(a_type, a_lane, a_pending, a_served, a_in_head, a_in_ready,
+                                a_out_head, a_out_ready, a_may_create);
+    END IF;
+    IF watched THEN  -- somebody follows one of these lanes live: their hub numbers it soon
+        PERFORM pg_notify('skiplock_events', 'settled');
+    END IF;
+    -- batches whose jobs changed: told for the pipeline's settling statements (a claim
+    -- alone changes no batch's counts) and for whatever a person does
+    IF (settle OR (person AND events_on())) AND EXISTS (SELECT 1 FROM new_jobs WHERE batch_id IS NOT NULL) THEN
+        PERFORM events_batch_progress(ARRAY(
+            SELECT DISTINCT n.batch_id FROM old_jobs o JOIN new_jobs n ON n.id = o.id
+            WHERE n.batch_id IS NOT NULL
+              AND (n.status <> o.status OR n.progress IS DISTINCT FROM o.progress
+                   OR n.total IS DISTINCT FROM o.total)
+            ORDER BY 1));
+    END IF;
+    RETURN NULL;
+END $$;
+
+DROP FUNCTION events_emit_or_park(text[], text[], jsonb[]);
+DROP TABLE event_backlog;

@@ -1,0 +1,119 @@
+"""The pipeline's settled counts: parked with the change, numbered in passes (migration
+0032). A settling statement never takes a room's row; it parks its counts per lane and
+type. A reader numbers what is parked before it reads, a follower's hub within a second,
+a run at its heartbeat and end; passes that overlap never count a row twice, and each
+lane's event adds up what it covers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import uuid
+
+import asyncpg
+from websockets.asyncio.client import connect
+
+from app.engine import events as store
+from app.engine import jobs as q
+from tests.factories import jobs, lease, run
+
+NOT_WAITING = 5.0  # seconds: far more than a statement takes, far less than the holder holds
+WAIT = 10          # seconds, for what crosses processes on a loaded machine
+
+
+async def _settle(pool, lane: uuid.UUID, n: int, run_id: uuid.UUID) -> None:
+    got = await q.claim(pool, lease("t"), run_id, n)
+    assert len(got) == n and all(j.lane == lane for j in got)
+    assert len(await q.complete(pool, run_id, [j.id for j in got])) == n
+
+
+async def test_counts_are_parked_with_the_change_and_a_reader_numbers_them(pool, dsn):
+    lane = uuid.uuid4()
+    room = f"lane:{lane}"
+    await jobs(pool, "t", 6, lane=lane)
+    await pool.execute("INSERT INTO event_rooms (room, head_seq) VALUES ($1, 7)", room)
+    run_id = await run(pool)
+    # a person's write holds the lane's room until it commits: settling does not wait for it
+    holder = await asyncpg.connect(dsn)
+    try:
+        await holder.execute("BEGIN")
+        await holder.execute("SELECT 1 FROM event_rooms WHERE room = $1 FOR NO KEY UPDATE", room)
+        await asyncio.wait_for(_settle(pool, lane, 3, run_id), NOT_WAITING)
+        await holder.execute("COMMIT")
+    finally:
+        await holder.close()
+    # written with the change, not numbered: nothing a reader could see yet
+    assert await pool.fetchval("SELECT count(*) FROM events WHERE room = $1", room) == 0
+    assert await pool.fetchval("SELECT count(*) FROM settled_backlog WHERE lane = $1", lane) == 1
+    # a settling statement rolled back parks nothing
+    rest = await q.claim(pool, lease("t"), run_id, 3)
+    async with pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        assert len(await q.complete(conn, run_id, [rest[0].id])) == 1
+        await tx.rollback()
+    assert await pool.fetchval("SELECT count(*) FROM settled_backlog") == 1
+    assert len(await q.complete(pool, run_id, [j.id for j in rest])) == 3
+    # the reader numbers first: one event for the lane, both statements added up
+    page = await store.read_after(pool, room, 7, 1000, 10)
+    assert [(e.seq, e.type) for e in page.events] == [(8, "jobs.settled")]
+    data = page.events[0].data
+    assert (data["done"], data["failed"], data["batches"], data["runIds"]) == (6, 0, 2, [str(run_id)])
+    assert await pool.fetchval("SELECT count(*) FROM settled_backlog") == 0
+    assert await store.number_settled(pool) == 0  # nothing left: a pass writes nothing
+
+
+async def test_overlapping_passes_count_each_parked_row_once(pool):
+    lanes = [uuid.uuid4() for _ in range(4)]
+    rows = [(lanes[k % 4], "t", k % 3 + 1) for k in range(600)]  # 150 parked rows a lane
+    await pool.executemany("INSERT INTO settled_backlog (lane, type, done, failed, retrying, deferred) "
+                           "VALUES ($1, $2, $3, 0, 0, 0)", rows)
+    parked = {lane: sum(n for ln, _, n in rows if ln == lane) for lane in lanes}
+
+    async def passes() -> None:
+        async with pool.acquire() as conn:
+            while await store.number_settled(conn):
+                pass
+
+    await asyncio.gather(*(passes() for _ in range(6)))
+    assert await pool.fetchval("SELECT count(*) FROM settled_backlog") == 0
+    for lane in lanes:
+        events = await pool.fetch("SELECT seq, data FROM events WHERE room = $1 ORDER BY seq", f"lane:{lane}")
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))  # one by one, no hole
+        assert sum(e["data"]["done"] for e in events) == parked[lane]
+        assert sum(e["data"]["batches"] for e in events) == 150
+
+
+SETTLE_ELSEWHERE = """
+import asyncio, sys, uuid, asyncpg
+async def main():
+    conn = await asyncpg.connect(sys.argv[1])
+    run_id = uuid.uuid4()
+    await conn.execute("INSERT INTO runs (id, trigger) VALUES ($1, 'test')", run_id)
+    await conn.execute("UPDATE jobs SET status = 'running', run_id = $1, attempts = 1, locked_at = now() "
+                       "WHERE lane = $2", run_id, uuid.UUID(sys.argv[2]))
+    await conn.execute("UPDATE jobs SET status = 'done', finished_at = now() WHERE run_id = $1", run_id)
+    await conn.close()
+asyncio.run(main())
+"""
+
+
+async def test_a_follower_gets_what_settles_in_another_process_without_a_heartbeat(pool, dsn, serve, tenants):
+    a, _, _ = tenants
+    await jobs(pool, "record", 4, lane=a.lane)
+    _, host = await serve()
+    room = f"lane:{a.lane}"
+    async with connect(f"ws://{host}/events/ws?room={room}&after=0",
+                       additional_headers={"Authorization": f"Bearer {a.key}"}) as ws:
+        assert json.loads(await asyncio.wait_for(ws.recv(), WAIT)) == {"type": "live", "room": room, "seq": 0}
+        # a pipeline's statements in another process, its run never beating nor ending:
+        # only the follower's hub can number what they park
+        done = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", SETTLE_ELSEWHERE, dsn, str(a.lane)],
+                                       capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        event = json.loads(await asyncio.wait_for(ws.recv(), WAIT))
+        assert (event["room"], event["seq"], event["type"]) == (room, 1, "jobs.settled")
+        assert (event["data"]["done"], event["data"]["batches"]) == (4, 1)
+    assert await pool.fetchval("SELECT count(*) FROM settled_backlog") == 0
