@@ -46,7 +46,7 @@ async def test_counts_are_parked_with_the_change_and_a_reader_numbers_them(pool,
         await holder.close()
     # written with the change, not numbered: nothing a reader could see yet
     assert await pool.fetchval("SELECT count(*) FROM events WHERE room = $1", room) == 0
-    assert await pool.fetchval("SELECT count(*) FROM settled_backlog WHERE lane = $1", lane) == 1
+    assert await pool.fetchval("SELECT count(*) FROM settled_backlog WHERE $1 = ANY (lanes)", lane) == 1
     # a settling statement rolled back parks nothing
     rest = await q.claim(pool, lease("t"), run_id, 3)
     async with pool.acquire() as conn:
@@ -67,10 +67,11 @@ async def test_counts_are_parked_with_the_change_and_a_reader_numbers_them(pool,
 
 async def test_overlapping_passes_count_each_parked_row_once(pool):
     lanes = [uuid.uuid4() for _ in range(4)]
-    rows = [(lanes[k % 4], "t", k % 3 + 1) for k in range(600)]  # 150 parked rows a lane
-    await pool.executemany("INSERT INTO settled_backlog (lane, type, done, failed, retrying, deferred) "
-                           "VALUES ($1, $2, $3, 0, 0, 0)", rows)
-    parked = {lane: sum(n for ln, _, n in rows if ln == lane) for lane in lanes}
+    # 600 settling statements of two lanes each: each lane in 300 of them
+    rows = [([lanes[k % 4], lanes[(k + 1) % 4]], k % 3 + 1) for k in range(600)]
+    await pool.executemany("INSERT INTO settled_backlog (lanes, types, run_ids, done, failed, retrying, deferred) "
+                           "VALUES ($1, '{t,t}', '{NULL,NULL}', ARRAY[$2, 1], '{0,0}', '{0,0}', '{0,0}')", rows)
+    parked = {lane: sum(n if ls[0] == lane else 1 for ls, n in rows if lane in ls) for lane in lanes}
 
     async def passes() -> None:
         async with pool.acquire() as conn:
@@ -83,7 +84,7 @@ async def test_overlapping_passes_count_each_parked_row_once(pool):
         events = await pool.fetch("SELECT seq, data FROM events WHERE room = $1 ORDER BY seq", f"lane:{lane}")
         assert [e["seq"] for e in events] == list(range(1, len(events) + 1))  # one by one, no hole
         assert sum(e["data"]["done"] for e in events) == parked[lane]
-        assert sum(e["data"]["batches"] for e in events) == 150
+        assert sum(e["data"]["batches"] for e in events) == 300
 
 
 SETTLE_ELSEWHERE = """
