@@ -7,12 +7,16 @@ The drain of bench/drain.py (N no-op jobs through Pipeline.run) in two shapes:
 - `one lane`: one run, batch 50, all jobs in one lane (one event per batch): the
   scheduled invocation draining a backlog, the shape issue 12 calls the one that matters
   most in production;
-each with live events as migrated (`events`) and turned off for the database (`no-events`: ALTER
-DATABASE ... SET skiplock.events = off, the pool's connections renewed; every trigger
-then writes none). The two alternate run by run, each first in turn, in one sitting.
+each with live events as migrated (`events`: nobody follows a lane, so the runs' heartbeats
+and ends number what they settle), with events and every lane followed live (`followed`: an
+event hub of this process, app/events/hub.py, subscribed to each lane's room and reading
+what arrives as a WebSocket would, so settling statements NOTIFY and the hub numbers every
+quarter second), and turned off for the database (`no-events`: ALTER DATABASE ... SET
+skiplock.events = off, the pool's connections renewed; every trigger then writes none).
+The three take turns run by run, in one sitting.
 
-The cost is the median over pairs of 1 - events/no-events, each pair two drains back to
-back: on a shared box the speed drifts over a minute, and a pair sees the same drift.
+The cost is the median over pairs of 1 - events/no-events (and followed/no-events), each
+pair drains back to back: on a shared box the speed drifts over a minute, and a pair sees the same drift.
 The medians of each variant are reported beside it, with the server's CPU per job and
 what events add to it: a steadier figure than a few pairs of drains on a shared box
 (seven pairs gave 4.7% where twenty-four gave 12.2%, with 12.6% more server CPU).
@@ -21,15 +25,54 @@ events."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import statistics
 import time
 
-from app.engine.db import create_pool
+from app.engine import events as store
+from app.engine.db import connect, create_pool
+from app.engine.jobs import DEFAULT_LANE
+from app.events.hub import EventHub
 from app.settings import load_settings
 
 from bench import drain, fixtures
 
-VARIANTS = ("events", "no-events")
+VARIANTS = ("events", "followed", "no-events")
+
+
+@contextlib.asynccontextmanager
+async def _following(dsn: str, pool, rooms: list[str], window: int):
+    """Every room followed live, as WebSockets would: a hub's subscriptions, each read as
+    it fills (a subscriber that fell behind catches up from the database, as a socket
+    does). Yields a dict whose "events" counts what reached the followers."""
+    async def get_pool():
+        return pool
+
+    hub = EventHub(lambda: connect(dsn), get_pool, queue=1000)
+    seen = {"events": 0}
+
+    async def follow(sub) -> None:
+        while True:
+            batch = await sub.wait()
+            if batch is None:
+                page = await store.read_after(pool, sub.room, sub.cursor, window, 1000)
+                batch = page.events
+                sub.cursor = page.cursor
+            elif batch:
+                sub.cursor = batch[-1].seq
+            seen["events"] += len(batch)
+
+    async with contextlib.AsyncExitStack() as stack:
+        subs = [await stack.enter_async_context(hub.subscribe(room, 0)) for room in rooms]
+        readers = [asyncio.create_task(follow(sub)) for sub in subs]
+        try:
+            yield seen
+        finally:
+            for task in readers:
+                task.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+    await hub.close()
 
 
 async def _events(pool, name: str, on: bool) -> None:
@@ -63,7 +106,7 @@ async def _shape(server, shape: str, *, n: int, workers: int, batch: int, repeat
                              platform_limit_seconds=cap + 60, finish_margin_seconds=10)
     started = time.monotonic()
     runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
-    pairs: list[float] = []
+    pairs: dict[str, list[float]] = {"events": [], "followed": []}
     try:
         async with pool.acquire() as conn:
             lanes = [*(await fixtures.campaigns(conn, 100)), None] if shape == "mixed" else [None]
@@ -77,21 +120,29 @@ async def _shape(server, shape: str, *, n: int, workers: int, batch: int, repeat
                 if left <= max(5.0, 1.5 * longest):
                     log(f"  events: time cap ({cap:.0f} s) reached, skipping {variant} run {i + 1}")
                     continue
-                await _events(pool, name, on=variant == "events")
+                await _events(pool, name, on=variant != "no-events")
                 await pool.execute("TRUNCATE events, event_rooms")
-                r = await drain._one(pool, settings, lanes, n, workers, batch, left, "loop", server.meter)
+                rooms = [f"lane:{lane or DEFAULT_LANE}" for lane in lanes] if variant == "followed" else []
+                async with (_following(dsn, pool, rooms, settings.events_replay) if rooms
+                            else contextlib.nullcontext({})) as seen:
+                    r = await drain._one(pool, settings, lanes, n, workers, batch, left, "loop", server.meter)
+                    await asyncio.sleep(1.0 if rooms else 0)  # what the hub numbers last reaches its followers
                 r["events"] = await pool.fetchval("SELECT count(*) FROM events")
-                if (r["events"] > 0) != (variant == "events"):
-                    r["failed_checks"].append(f"events={r['events']}")
+                r["followed_events"] = seen.get("events")
+                if (r["events"] > 0) != (variant != "no-events") or (rooms and not seen["events"]):
+                    r["failed_checks"].append(f"events={r['events']}, followed={r['followed_events']}")
                     r["ok"] = False
                 runs[variant].append(r)
                 pair[variant] = r["jobs_s"]
                 cpu = r["cpu_us_per_job"]
                 log(f"  drain {shape} batch={batch} runs={workers} {variant:9s} run {i + 1}: {r['jobs_s']:7,.0f} jobs/s, "
-                    f"{r['events']:,} events" + (f", server CPU {cpu['server']} us/job" if cpu else "")
+                    f"{r['events']:,} events" + (f" ({r['followed_events']:,} followed)" if rooms else "")
+                    + (f", server CPU {cpu['server']} us/job" if cpu else "")
                     + ("" if r["ok"] else "  CHECKS FAILED: " + ", ".join(r["failed_checks"])))
-            if len(pair) == 2:
-                pairs.append(1 - pair["events"] / pair["no-events"])
+            if "no-events" in pair:
+                for v in ("events", "followed"):
+                    if v in pair:
+                        pairs[v].append(1 - pair[v] / pair["no-events"])
     finally:
         await _events(pool, name, on=True)
         await pool.close()
@@ -106,16 +157,17 @@ async def _shape(server, shape: str, *, n: int, workers: int, batch: int, repeat
                                        "server_cpu_us_per_job_median": statistics.median(cpu) if cpu else None,
                                        "events_median": statistics.median(r["events"] for r in rs),
                                        "all_ok": all(r["ok"] for r in rs)}
-    if pairs:
-        out["pairs_lost"] = [round(p, 4) for p in pairs]
-        out["throughput_lost"] = round(statistics.median(pairs), 4)
-        log(f"  {shape}: events cost {out['throughput_lost']:.1%} of drain throughput, median of {len(pairs)} pairs "
-            f"(target: at most 5%); each pair: {', '.join(f'{p:.1%}' for p in pairs)}")
     cpu = {v: (out["results"].get(v) or {}).get("server_cpu_us_per_job_median") for v in VARIANTS}
-    if cpu["events"] and cpu["no-events"]:
-        # steadier than the drains' pairs: a neighbour takes wall time, not the server's CPU
-        out["server_cpu_added"] = round(cpu["events"] / cpu["no-events"] - 1, 4)
-        log(f"  {shape}: the server's CPU per job with events / without: {cpu['events']:.0f} / "
-            f"{cpu['no-events']:.0f} us, {out['server_cpu_added']:+.1%}")
+    for v, key in (("events", ""), ("followed", "followed_")):
+        if pairs[v]:
+            out[f"{key}pairs_lost"] = [round(p, 4) for p in pairs[v]]
+            out[f"{key}throughput_lost"] = round(statistics.median(pairs[v]), 4)
+            log(f"  {shape}: {v} cost {out[f'{key}throughput_lost']:.1%} of drain throughput, median of "
+                f"{len(pairs[v])} pairs (target: at most 5%); each pair: {', '.join(f'{p:.1%}' for p in pairs[v])}")
+        if cpu[v] and cpu["no-events"]:
+            # steadier than the drains' pairs: a neighbour takes wall time, not the server's CPU
+            out[f"{key}server_cpu_added"] = round(cpu[v] / cpu["no-events"] - 1, 4)
+            log(f"  {shape}: the server's CPU per job {v} / without events: {cpu[v]:.0f} / "
+                f"{cpu['no-events']:.0f} us, {out[f'{key}server_cpu_added']:+.1%}")
     out["seconds"] = round(time.monotonic() - started, 1)
     return out

@@ -29,8 +29,8 @@ _UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]
 ROOM_PATTERN = rf"^(system|(account|lane|batch):{_UUID})$"
 _ROOM = re.compile(ROOM_PATTERN)
 NOTIFY_CHANNEL = "skiplock_events"
-# a line of a NOTIFY payload: the pipeline parked settled counts for a lane somebody follows
-SETTLED_NOTICE = "settled"
+# the rooms the pipeline's settled counts go to (numbered in passes: migration 0032)
+SETTLED_ROOM_PREFIX = "lane:"
 
 
 class BadRoom(ValueError):
@@ -104,9 +104,15 @@ async def number_settled(db) -> int:
     return await db.fetchval(query("events_number_settled"))
 
 
-async def read_between(db, room: str, first: int, last: int, limit: int) -> list[Event]:
-    rows = await db.fetch(query("events_between"), room, first, last, limit)
-    return [Event(room, r["seq"], r["type"], r["data"], r["at"]) for r in rows]
+async def read_between(db, ranges: list[tuple[str, int, int]], limit: int) -> dict[str, list[Event]]:
+    """The events of each (room, first seq, last seq), at most `limit` a room, in one
+    statement: each room's list in order (a room with none left out)."""
+    rows = await db.fetch(query("events_between"), [r for r, _, _ in ranges], [f for _, f, _ in ranges],
+                          [last for _, _, last in ranges], limit)
+    out: dict[str, list[Event]] = {}
+    for r in rows:
+        out.setdefault(r["room"], []).append(Event(r["room"], r["seq"], r["type"], r["data"], r["at"]))
+    return out
 
 
 async def room_readable(db, room: str) -> bool:

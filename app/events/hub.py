@@ -3,16 +3,17 @@
 The triggers NOTIFY 'skiplock_events' after commit with "<room> <first> <last>" lines,
 for the rooms some listener registered in event_watch (the hub does, on its LISTEN
 connection, for each room its subscribers follow; a dead listener's rows are cleared).
-The hub reads each announced range once (for the rooms someone here subscribes to) and
-offers it to those subscribers. Each subscriber holds at most `queue` events; one that
-falls further behind is marked `behind` and its holder catches up from the database
-under the replay rule (a gap when it fell further than EVENTS_REPLAY), so a slow client
+The hub reads the announced ranges once (for the rooms someone here subscribes to, all
+of one notice in one statement) and offers them to those subscribers. Each subscriber
+holds at most `queue` events; one that falls further behind is marked `behind` and its
+holder catches up from the database under the replay rule (a gap when it fell further than EVENTS_REPLAY), so a slow client
 costs a bounded amount of memory, never more. The same happens to everyone when the
 LISTEN connection is lost: notices sent meanwhile are gone, the database is not.
 
-The pipeline parks what it settles and NOTIFYs a 'settled' line when somebody follows one
-of those lanes; the hub then runs one numbering pass within NUMBER_AFTER_SECONDS (one
-pass for all that settled meanwhile), whose events come back as ordinary notices.
+The pipeline parks what it settles, unnumbered (migration 0032). While somebody here
+follows a lane, the hub runs a numbering pass every NUMBER_EVERY_SECONDS (one statement,
+which finds nothing to do at once when nothing is parked); the events it writes come back
+as ordinary notices.
 
 Notices are handled one at a time, in arrival order (commit order). A subscriber may
 still see a seq twice or a hole (it subscribed while a range was being read): it drops
@@ -35,7 +36,7 @@ from app.engine.queries import query
 log = logging.getLogger("skiplock.events")
 
 RECONNECT_SECONDS = 1.0
-NUMBER_AFTER_SECONDS = 0.25  # live within a second, one pass for many settling statements
+NUMBER_EVERY_SECONDS = 0.25  # live within a second, one pass for many settling statements
 _LOST = object()  # the LISTEN connection went away
 
 
@@ -98,7 +99,6 @@ class EventHub:
         self._conn_lock = asyncio.Lock()  # the LISTEN connection also registers watched rooms
         self._task: asyncio.Task | None = None
         self._numbering: asyncio.Task | None = None
-        self._settled_asks = 0  # 'settled' notices received
         self._conn: asyncpg.Connection | None = None
         self.listening = asyncio.Event()
 
@@ -115,6 +115,8 @@ class EventHub:
             await asyncio.wait_for(self.listening.wait(), timeout=10)
             if first:
                 await self._watch("event_watch_add", room)
+            if room.startswith(store.SETTLED_ROOM_PREFIX) and (self._numbering is None or self._numbering.done()):
+                self._numbering = asyncio.create_task(self._number_settled(), name="skiplock-event-numbering")
             yield sub
         finally:
             subs = self._rooms.get(room)
@@ -182,38 +184,32 @@ class EventHub:
                 await asyncio.sleep(RECONNECT_SECONDS)
 
     async def _deliver(self, payload: str) -> None:
-        if store.SETTLED_NOTICE in payload.splitlines():
-            self._number_soon()
         wanted = [(room, first, last) for room, first, last in store.parse_notice(payload)
                   if self._rooms.get(room)]
         if not wanted:
             return
         pool = await self._pool()
-        for room, first, last in wanted:
-            # one more than a queue holds is enough to know a subscriber fell behind
-            events = await store.read_between(pool, room, first, last, self._queue_limit + 1)
+        # one more than a queue holds is enough to know a subscriber fell behind
+        read = await store.read_between(pool, wanted, self._queue_limit + 1)
+        for room, events in read.items():
             for sub in list(self._rooms.get(room, ())):
                 sub.offer(events)
 
-    def _number_soon(self) -> None:
-        self._settled_asks += 1
-        if self._numbering is None or self._numbering.done():
-            self._numbering = asyncio.create_task(self._number_settled(), name="skiplock-event-numbering")
-
     async def _number_settled(self) -> None:
-        """Numbering passes until one has started after the last 'settled' notice: what
-        committed before a pass's statement began is in its snapshot."""
-        while True:
-            await asyncio.sleep(NUMBER_AFTER_SECONDS)
-            asks = self._settled_asks
+        """Numbering passes while a lane room is followed here. A failure is logged once
+        until a pass succeeds again (the database may be away for a while)."""
+        failing = False
+        while any(room.startswith(store.SETTLED_ROOM_PREFIX) for room in self._rooms):
+            await asyncio.sleep(NUMBER_EVERY_SECONDS)
             try:
                 await store.number_settled(await self._pool())
+                failing = False
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # the run's heartbeat or a reader numbers it instead
-                log.warning("numbering settled counts failed (%s: %s)", type(exc).__name__, exc)
-            if asks == self._settled_asks:
-                return
+            except Exception as exc:  # the next pass, a reader or the run's heartbeat numbers it
+                if not failing:
+                    log.warning("numbering settled counts failed (%s: %s)", type(exc).__name__, exc)
+                failing = True
 
     async def _drop_connection(self) -> None:
         conn, self._conn = self._conn, None

@@ -5,17 +5,19 @@
 -- lane per batch is about one event per job: numbering each (lock the room, move its
 -- head, insert the event) took a fifth of the drain. Now a settling statement only
 -- appends one row to settled_backlog, an unindexed table, holding its counts per lane and
--- type as arrays, in the same transaction as the change (a rolled-back change parks nothing). A numbering pass takes
--- what is parked (SKIP LOCKED: passes never share a row), adds it up per lane and type,
--- and writes one 'jobs.settled' per lane and type, numbered as people's events are: a
--- lane's event covers each batch it finished since its last one (`batches` says how many).
+-- type as arrays, in the same transaction as the change (a rolled-back change parks
+-- nothing). A numbering pass takes what is parked (SKIP LOCKED: passes never share a
+-- row), adds it up per lane and type, and writes one 'jobs.settled' per lane and type,
+-- numbered as people's events are: a lane's event covers each batch it finished since its
+-- last one (`batches` says how many).
 -- Passes run:
---   * when somebody follows a lane live: the statement NOTIFYs 'settled' and the follower's
---     hub runs a pass within a quarter of a second (app/events/hub.py);
+--   * every quarter second in a process where somebody follows a lane live (its event hub,
+--     app/events/hub.py): a NOTIFY from each settling statement would make every commit
+--     take NOTIFY's lock and wake every listener, hundreds of times a second;
 --   * before every read of a room (GET /events, a WebSocket's catch-up);
 --   * at a run's heartbeat (every 15 s) and at its end, for what nobody asked for.
 -- The pipeline never takes a room's row, so overlapping runs never wait for each other's
--- rooms, and nothing replaces the old event backlog: what it held is carried over.
+-- rooms. The old event backlog goes; what it held is carried over.
 
 -- One row per settling statement: element k of each array is its k-th (lane, type). One
 -- tuple, small enough to stay uncompressed in the row (25 lanes: about 1.4 kB), where a
@@ -39,40 +41,46 @@ FROM event_backlog
 WHERE type = 'jobs.settled'
 ORDER BY id;
 
--- One pass: up to 2,000 parked statements (a bounded statement; what is left waits for the
--- next pass), one event per lane and type, rooms locked in order by events_emit. How
--- many events it wrote.
+-- One pass: up to 2,000 parked rows (a bounded statement; what is left waits for the next
+-- pass), one event per lane and type, rooms locked in order by events_emit. How many
+-- events it wrote. It never waits long: a room held past lock_timeout (a person's
+-- transaction left open) makes the pass give up whole, its rows parked as they were, for
+-- the next pass; a heartbeat or a reader that numbers first is never held up by it.
 CREATE FUNCTION events_number_settled() RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp SET lock_timeout = '200ms' AS $$
 DECLARE
     rooms text[]; types text[]; data jsonb[];
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM settled_backlog) THEN
         RETURN 0;
     END IF;
-    WITH taken AS (
-        DELETE FROM settled_backlog b
-        WHERE b.ctid = ANY (ARRAY(SELECT s.ctid FROM settled_backlog s LIMIT 2000 FOR UPDATE SKIP LOCKED))
-        RETURNING b.*
-    ), flat AS (
-        SELECT u.*, t.at
-        FROM taken t, unnest(t.lanes, t.types, t.run_ids, t.done, t.failed, t.retrying, t.deferred)
-                          AS u(lane, type, run_id, done, failed, retrying, deferred)
-    ), per_lane AS (
-        SELECT lane, type, sum(done) AS done, sum(failed) AS failed, sum(retrying) AS retrying,
-               sum(deferred) AS deferred, count(*) AS batches,
-               array_agg(DISTINCT run_id) FILTER (WHERE run_id IS NOT NULL) AS runs,
-               min(at) AS since, max(at) AS until
-        FROM flat GROUP BY lane, type
-    )
-    SELECT array_agg('lane:' || lane ORDER BY lane, type), array_agg('jobs.settled'::text),
-           array_agg(jsonb_build_object('lane', lane, 'type', type, 'done', done, 'failed', failed,
-                                        'retrying', retrying, 'deferred', deferred, 'batches', batches,
-                                        'runIds', coalesce(runs, '{}'), 'since', since, 'until', until)
-                     ORDER BY lane, type)
-    INTO rooms, types, data
-    FROM per_lane;
-    PERFORM events_emit(rooms, types, data);
+    BEGIN
+        WITH taken AS (
+            DELETE FROM settled_backlog b
+            WHERE b.ctid = ANY (ARRAY(SELECT s.ctid FROM settled_backlog s LIMIT 2000 FOR UPDATE SKIP LOCKED))
+            RETURNING b.*
+        ), flat AS (
+            SELECT u.*, t.at
+            FROM taken t, unnest(t.lanes, t.types, t.run_ids, t.done, t.failed, t.retrying, t.deferred)
+                              AS u(lane, type, run_id, done, failed, retrying, deferred)
+        ), per_lane AS (
+            SELECT lane, type, sum(done) AS done, sum(failed) AS failed, sum(retrying) AS retrying,
+                   sum(deferred) AS deferred, count(*) AS batches,
+                   array_agg(DISTINCT run_id) FILTER (WHERE run_id IS NOT NULL) AS runs,
+                   min(at) AS since, max(at) AS until
+            FROM flat GROUP BY lane, type
+        )
+        SELECT array_agg('lane:' || lane ORDER BY lane, type), array_agg('jobs.settled'::text),
+               array_agg(jsonb_build_object('lane', lane, 'type', type, 'done', done, 'failed', failed,
+                                            'retrying', retrying, 'deferred', deferred, 'batches', batches,
+                                            'runIds', coalesce(runs, '{}'), 'since', since, 'until', until)
+                         ORDER BY lane, type)
+        INTO rooms, types, data
+        FROM per_lane;
+        PERFORM events_emit(rooms, types, data);
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN 0;
+    END;
     RETURN coalesce(cardinality(rooms), 0);
 END $$;
 REVOKE EXECUTE ON FUNCTION events_number_settled() FROM PUBLIC;
@@ -95,7 +103,6 @@ DECLARE
     a_type text[]; a_lane uuid[]; a_pending integer[]; a_served integer[];
     a_in_head timestamptz[]; a_in_ready timestamptz[]; a_out_head timestamptz[]; a_out_ready timestamptz[];
     a_may_create boolean;
-    watched boolean;
     person boolean := events_by_person();
     -- the pipeline's statements (nobody named) with jobs that were running: settled work
     settle boolean := NOT person AND events_on()
@@ -158,20 +165,14 @@ BEGIN
         FROM settled
         HAVING count(*) > 0
         RETURNING lanes
-    ), watched AS (
-        SELECT EXISTS (SELECT 1 FROM event_watch w
-                       WHERE w.room IN (SELECT 'lane:' || l FROM parked p, unnest(p.lanes) AS l)) AS watched
     )
-    SELECT c.a_type, c.a_lane, c.a_p, c.a_s, c.a_ih, c.a_ir, c.a_oh, c.a_orr, c.a_may_create, w.watched
+    SELECT c.a_type, c.a_lane, c.a_p, c.a_s, c.a_ih, c.a_ir, c.a_oh, c.a_orr, c.a_may_create
     INTO a_type, a_lane, a_pending, a_served, a_in_head, a_in_ready, a_out_head, a_out_ready,
-         a_may_create, watched
-    FROM counters c, watched w;
+         a_may_create
+    FROM counters c;
     IF a_type IS NOT NULL THEN  -- else nothing the counters track changed (e.g. progress)
         PERFORM job_lanes_count(a_type, a_lane, a_pending, a_served, a_in_head, a_in_ready,
                                 a_out_head, a_out_ready, a_may_create);
-    END IF;
-    IF watched THEN  -- somebody follows one of these lanes live: their hub numbers it soon
-        PERFORM pg_notify('skiplock_events', 'settled');
     END IF;
     -- batches whose jobs changed: told for the pipeline's settling statements (a claim
     -- alone changes no batch's counts) and for whatever a person does

@@ -1,8 +1,9 @@
 """The pipeline's settled counts: parked with the change, numbered in passes (migration
 0032). A settling statement never takes a room's row; it parks its counts per lane and
 type. A reader numbers what is parked before it reads, a follower's hub within a second,
-a run at its heartbeat and end; passes that overlap never count a row twice, and each
-lane's event adds up what it covers."""
+a run at its heartbeat and end; passes that overlap never count a row twice, each lane's
+event adds up what it covers, and a room held open holds up neither a heartbeat nor a
+reader."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from websockets.asyncio.client import connect
 
 from app.engine import events as store
 from app.engine import jobs as q
+from app.engine.runs import beat
 from tests.factories import jobs, lease, run
 
 NOT_WAITING = 5.0  # seconds: far more than a statement takes, far less than the holder holds
@@ -118,3 +120,28 @@ async def test_a_follower_gets_what_settles_in_another_process_without_a_heartbe
         assert (event["room"], event["seq"], event["type"]) == (room, 1, "jobs.settled")
         assert (event["data"]["done"], event["data"]["batches"]) == (4, 1)
     assert await pool.fetchval("SELECT count(*) FROM settled_backlog") == 0
+
+
+async def test_a_room_held_open_holds_up_neither_a_heartbeat_nor_a_reader(pool, dsn):
+    lane = uuid.uuid4()
+    room = f"lane:{lane}"
+    await jobs(pool, "t", 2, lane=lane)
+    await pool.execute("INSERT INTO event_rooms (room) VALUES ($1)", room)
+    run_id = await run(pool)
+    await _settle(pool, lane, 2, run_id)
+    # a person's transaction left open in the lane's room (psql, a stuck client)
+    holder = await asyncpg.connect(dsn)
+    try:
+        await holder.execute("BEGIN")
+        await holder.execute("SELECT 1 FROM event_rooms WHERE room = $1 FOR NO KEY UPDATE", room)
+        await asyncio.wait_for(beat(pool, run_id, done=0, failed=0, deferred=0, units=0, summary={}), NOT_WAITING)
+        page = await asyncio.wait_for(store.read_after(pool, room, 0, 1000, 10), NOT_WAITING)
+        assert page.events == [] and page.cursor == 0
+        # the pass gave up whole: the counts wait for the next one
+        assert await pool.fetchval("SELECT count(*) FROM settled_backlog") == 1
+        await holder.execute("COMMIT")
+    finally:
+        await holder.close()
+    assert await store.number_settled(pool) == 1
+    rows = await pool.fetch("SELECT seq, data FROM events WHERE room = $1", room)
+    assert [(r["seq"], r["data"]["done"]) for r in rows] == [(1, 2)]
