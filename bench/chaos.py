@@ -401,9 +401,15 @@ class Chaos:
     async def killer(self) -> None:
         while not self.stopping:
             await asyncio.sleep(self.scale.kill_every * (0.5 + self.rng.random()))
-            alive = [i for i in self.invocations if i.rc is None and not i.killed and self.now() - i.started > 1.5]
-            if self.stopping or not alive:
-                continue
+            # a round waits for a victim rather than passing: runs that drained what they
+            # found end early, and a short run could otherwise pass every round (no kill)
+            alive: list[Invocation] = []
+            while not self.stopping and not alive:
+                alive = [i for i in self.invocations if i.rc is None and not i.killed and self.now() - i.started > 1.5]
+                if not alive:
+                    await asyncio.sleep(0.1)
+            if self.stopping:
+                break
             victim = self.rng.choice(sorted(alive, key=lambda i: i.pid))
             try:
                 os.kill(victim.pid, signal.SIGKILL)
