@@ -145,3 +145,23 @@ async def test_a_room_held_open_holds_up_neither_a_heartbeat_nor_a_reader(pool, 
     assert await store.number_settled(pool) == 1
     rows = await pool.fetch("SELECT seq, data FROM events WHERE room = $1", room)
     assert [(r["seq"], r["data"]["done"]) for r in rows] == [(1, 2)]
+
+
+async def test_a_tenant_polling_get_events_numbers_what_its_lane_settled(pool, client, tenants):
+    a, b, _ = tenants
+    await jobs(pool, "t", 3, lane=a.lane)
+    await jobs(pool, "t", 2, lane=b.lane)
+    run_id = await run(pool)
+    got = await q.claim(pool, lease("t"), run_id, 5)
+    assert len(await q.complete(pool, run_id, [j.id for j in got])) == 5
+    assert await pool.fetchval("SELECT count(*) FROM settled_backlog") == 1
+    # the tenant's own transaction runs the pass (as the tables' owner, for every lane),
+    # and reads only its own room
+    response = await client.get("/events", params={"room": f"lane:{a.lane}"}, headers=a.headers)
+    assert response.status_code == 200, response.text
+    [event] = response.json()["data"]
+    assert (event["seq"], event["type"], event["data"]["done"]) == (1, "jobs.settled", 3)
+    assert await pool.fetchval("SELECT count(*) FROM settled_backlog") == 0
+    other = await pool.fetchrow("SELECT seq, data FROM events WHERE room = $1", f"lane:{b.lane}")
+    assert (other["seq"], other["data"]["done"]) == (1, 2)
+    assert (await client.get("/events", params={"room": f"lane:{b.lane}"}, headers=a.headers)).status_code == 404
