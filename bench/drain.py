@@ -80,13 +80,14 @@ async def _audit_rows(db) -> int:
 
 
 async def _one(pool, settings, lanes, n: int, workers: int, batch: int, cap: float,
-               variant: str, meter, dsn: str | None = None) -> dict:
+               variant: str, meter, dsn: str | None = None, batch_id: uuid.UUID | None = None) -> dict:
     """One drain; with `dsn`, what the server's backends waited for meanwhile and how far
-    apart the lanes of one priority drifted (bench/sampling.py)."""
+    apart the lanes of one priority drifted (bench/sampling.py); with `batch_id`, every
+    job in that batch."""
     await _reset(pool)
     trigger = await _audit_trigger(pool, on=variant != "no-audit")
     audit_before = await _audit_rows(pool)
-    jobs = [NewJob(type=TYPE, lane=lanes[i % len(lanes)]) for i in range(n)]
+    jobs = [NewJob(type=TYPE, lane=lanes[i % len(lanes)], batch_id=batch_id) for i in range(n)]
     t = time.perf_counter()
     ids = await q.enqueue_many(pool, jobs)
     enqueue_s = time.perf_counter() - t

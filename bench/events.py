@@ -1,22 +1,24 @@
 """What live events cost the drain (issue 13: at most 5% of throughput).
 
-The drain of bench/drain.py (N no-op jobs through Pipeline.run) in two shapes:
+The drain of bench/drain.py (N no-op jobs through Pipeline.run) in three shapes:
 - `mixed`: W overlapping runs, batch B, the jobs dealt over 100 campaigns of 100 owners
-  and the ownerless lane, so a batch of 25 settles jobs of up to 25 lanes and writes up
-  to 25 'jobs.settled' events: the worst case;
-- `one lane`: one run, batch 50, all jobs in one lane (one event per batch): the
-  scheduled invocation draining a backlog, the shape issue 12 calls the one that matters
-  most in production;
+  and the ownerless lane, so a batch of 25 settles jobs of up to 25 lanes: the worst case
+  for 'jobs.settled';
+- `one lane`: one run, batch 50, all jobs in one lane: the scheduled invocation draining
+  a backlog, the shape issue 12 calls the one that matters most in production;
+- `one batch`: the same, every job in one batch (seed 004's shape), so every settling
+  statement moves the batch's progress;
 each with live events as migrated (`events`: nobody follows a lane, so the runs' heartbeats
 and ends number what they settle), with events and every lane followed live (`followed`: an
-event hub of this process, app/events/hub.py, subscribed to each lane's room and reading
-what arrives as a WebSocket would, so settling statements NOTIFY and the hub numbers every
-quarter second), and turned off for the database (`no-events`: ALTER DATABASE ... SET
+event hub of this process, app/events/hub.py, subscribed to each lane's room (and the
+batch's) and reading what arrives as a WebSocket would, so the hub numbers every quarter
+second), and turned off for the database (`no-events`: ALTER DATABASE ... SET
 skiplock.events = off, the pool's connections renewed; every trigger then writes none).
 The three take turns run by run, in one sitting.
 
 The cost is the median over pairs of 1 - events/no-events (and followed/no-events), each
-pair drains back to back: on a shared box the speed drifts over a minute, and a pair sees the same drift.
+pair drains back to back: on a shared box the speed drifts over a minute, and a pair sees
+the same drift.
 The medians of each variant are reported beside it, with the server's CPU per job and
 what events add to it: a steadier figure than a few pairs of drains on a shared box
 (seven pairs gave 4.7% where twenty-four gave 12.2%, with 12.6% more server CPU).
@@ -82,7 +84,8 @@ async def _events(pool, name: str, on: bool) -> None:
     assert await pool.fetchval("SELECT events_on()") == on
 
 
-SHAPES = {"mixed": "the mixed lanes", "one lane": "one lane, one run, batch 50"}
+SHAPES = {"mixed": "the mixed lanes", "one lane": "one lane, one run, batch 50",
+          "one batch": "one batch of every job in one lane, one run, batch 50"}
 
 
 async def run(server, *, n: int, workers: int, batch: int, repeats: int, cap: float, log=print) -> dict:
@@ -109,7 +112,11 @@ async def _shape(server, shape: str, *, n: int, workers: int, batch: int, repeat
     pairs: dict[str, list[float]] = {"events": [], "followed": []}
     try:
         async with pool.acquire() as conn:
-            lanes = [*(await fixtures.campaigns(conn, 100)), None] if shape == "mixed" else [None]
+            lanes = ([*(await fixtures.campaigns(conn, 100)), None] if shape == "mixed"
+                     else await fixtures.campaigns(conn, 1) if shape == "one batch" else [None])
+            # a batch lives in a lane and survives the drains' TRUNCATE of jobs
+            batch_id = (await conn.fetchval("INSERT INTO batches (lane) VALUES ($1) RETURNING id", lanes[0])
+                        if shape == "one batch" else None)
         for i in range(repeats):
             pair: dict[str, float] = {}
             for variant in (VARIANTS if i % 2 == 0 else tuple(reversed(VARIANTS))):
@@ -122,10 +129,12 @@ async def _shape(server, shape: str, *, n: int, workers: int, batch: int, repeat
                     continue
                 await _events(pool, name, on=variant != "no-events")
                 await pool.execute("TRUNCATE events, event_rooms")
-                rooms = [f"lane:{lane or DEFAULT_LANE}" for lane in lanes] if variant == "followed" else []
+                rooms = ([f"lane:{lane or DEFAULT_LANE}" for lane in lanes]
+                         + ([f"batch:{batch_id}"] if batch_id else [])) if variant == "followed" else []
                 async with (_following(dsn, pool, rooms, settings.events_replay) if rooms
                             else contextlib.nullcontext({})) as seen:
-                    r = await drain._one(pool, settings, lanes, n, workers, batch, left, "loop", server.meter)
+                    r = await drain._one(pool, settings, lanes, n, workers, batch, left, "loop", server.meter,
+                                         batch_id=batch_id)
                     await asyncio.sleep(1.0 if rooms else 0)  # what the hub numbers last reaches its followers
                 r["events"] = await pool.fetchval("SELECT count(*) FROM events")
                 r["followed_events"] = seen.get("events")

@@ -18,6 +18,7 @@ from websockets.asyncio.client import connect
 
 from app.engine import events as store
 from app.engine import jobs as q
+from app.engine.batches import report_progress
 from app.engine.runs import beat
 from tests.factories import jobs, lease, run
 
@@ -165,3 +166,23 @@ async def test_a_tenant_polling_get_events_numbers_what_its_lane_settled(pool, c
     other = await pool.fetchrow("SELECT seq, data FROM events WHERE room = $1", f"lane:{b.lane}")
     assert (other["seq"], other["data"]["done"]) == (1, 2)
     assert (await client.get("/events", params={"room": f"lane:{b.lane}"}, headers=a.headers)).status_code == 404
+
+
+async def test_a_batch_is_told_its_progress_once_a_pass_counted_from_its_jobs(pool, tenants):
+    a, _, _ = tenants
+    batch = await pool.fetchval("INSERT INTO batches (lane) VALUES ($1) RETURNING id", a.lane)
+    await jobs(pool, "t", 4, lane=a.lane, batch_id=batch, total=10)
+    run_id = await run(pool)
+    got = await q.claim(pool, lease("t"), run_id, 4)
+    await report_progress(pool, run_id, got[0].id, 5)              # a handler reports, then three end
+    assert len(await q.complete(pool, run_id, [j.id for j in got[:3]])) == 3
+    room = f"batch:{batch}"
+    # parked with the changes, not counted in each of them
+    assert await pool.fetchval("SELECT count(*) FROM events WHERE room = $1", room) == 0
+    assert await pool.fetchval("SELECT count(*) FROM settled_backlog WHERE $1 = ANY (batch_ids)", batch) == 2
+    assert await store.number_settled(pool) == 2                   # the lane's settled counts, the batch's progress
+    rows = await pool.fetch("SELECT seq, type, data FROM events WHERE room = $1", room)
+    # one event for both statements, from the batch's jobs as they are now: three done (5 + 10
+    # + 10 units, the first kept what it reported), one running with none
+    assert [(r["seq"], r["type"], r["data"]["jobs"], r["data"]["done"], r["data"]["total"], r["data"]["progress"])
+            for r in rows] == [(1, "batch.progress", 4, 3, 40, 25)]
