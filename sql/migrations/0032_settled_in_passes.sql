@@ -95,12 +95,17 @@ REVOKE EXECUTE ON FUNCTION events_number_settled() FROM PUBLIC;
 -- a tenant's read numbers first: it writes only what the pipeline parked, nothing it is given
 GRANT EXECUTE ON FUNCTION events_number_settled() TO skiplock_api;
 
--- A run folds the journal and numbers what is parked as it beats and when it ends.
+-- A run folds the journal and numbers what is parked as it beats and when it ends: pass
+-- after pass until nothing is left, for at most a second (one run draining one lane parks
+-- 400 rows a second, 6,000 between two beats; a pass of 2,000 takes a few milliseconds).
 CREATE OR REPLACE FUNCTION runs_fold_what_waits() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    started timestamptz := clock_timestamp();
 BEGIN
     PERFORM job_lanes_fold();
-    PERFORM events_number_settled();
+    WHILE events_number_settled() > 0 AND clock_timestamp() < started + interval '1 second' LOOP
+    END LOOP;
     RETURN NULL;
 END $$;
 

@@ -186,3 +186,16 @@ async def test_a_batch_is_told_its_progress_once_a_pass_counted_from_its_jobs(po
     # + 10 units, the first kept what it reported), one running with none
     assert [(r["seq"], r["type"], r["data"]["jobs"], r["data"]["done"], r["data"]["total"], r["data"]["progress"])
             for r in rows] == [(1, "batch.progress", 4, 3, 40, 25)]
+
+
+async def test_a_run_numbers_pass_after_pass_until_nothing_is_parked(pool):
+    lane = uuid.uuid4()
+    # more than one pass takes (2,000 rows): what one fast run parks between two beats
+    await pool.executemany("INSERT INTO settled_backlog (lanes, types, run_ids, done, failed, retrying, deferred) "
+                           "VALUES ($1, '{t}', '{NULL}', '{2}', '{0}', '{0}', '{0}')", [([lane],)] * 5000)
+    run_id = await run(pool)
+    await beat(pool, run_id, done=0, failed=0, deferred=0, units=0, summary={})
+    assert await pool.fetchval("SELECT count(*) FROM settled_backlog") == 0
+    rows = await pool.fetch("SELECT seq, data FROM events WHERE room = $1 ORDER BY seq", f"lane:{lane}")
+    assert [r["seq"] for r in rows] == [1, 2, 3]  # three passes, one event each
+    assert sum(r["data"]["done"] for r in rows) == 10000 and sum(r["data"]["batches"] for r in rows) == 5000
