@@ -8,6 +8,7 @@ reader."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -26,6 +27,20 @@ NOT_WAITING = 5.0  # seconds: far more than a statement takes, far less than the
 WAIT = 10          # seconds, for what crosses processes on a loaded machine
 
 
+@contextlib.asynccontextmanager
+async def holding_room(dsn: str, room: str):
+    """Inside: another connection's open transaction holds the room's row, as a person's
+    write does until it commits (or a psql session left open); it commits on the way out."""
+    holder = await asyncpg.connect(dsn)
+    try:
+        await holder.execute("BEGIN")
+        await holder.execute("SELECT 1 FROM event_rooms WHERE room = $1 FOR NO KEY UPDATE", room)
+        yield
+        await holder.execute("COMMIT")
+    finally:
+        await holder.close()
+
+
 async def _settle(pool, lane: uuid.UUID, n: int, run_id: uuid.UUID) -> None:
     got = await q.claim(pool, lease("t"), run_id, n)
     assert len(got) == n and all(j.lane == lane for j in got)
@@ -39,14 +54,8 @@ async def test_counts_are_parked_with_the_change_and_a_reader_numbers_them(pool,
     await pool.execute("INSERT INTO event_rooms (room, head_seq) VALUES ($1, 7)", room)
     run_id = await run(pool)
     # a person's write holds the lane's room until it commits: settling does not wait for it
-    holder = await asyncpg.connect(dsn)
-    try:
-        await holder.execute("BEGIN")
-        await holder.execute("SELECT 1 FROM event_rooms WHERE room = $1 FOR NO KEY UPDATE", room)
+    async with holding_room(dsn, room):
         await asyncio.wait_for(_settle(pool, lane, 3, run_id), NOT_WAITING)
-        await holder.execute("COMMIT")
-    finally:
-        await holder.close()
     # written with the change, not numbered: nothing a reader could see yet
     assert await pool.fetchval("SELECT count(*) FROM events WHERE room = $1", room) == 0
     assert await pool.fetchval("SELECT count(*) FROM settled_backlog WHERE $1 = ANY (lanes)", lane) == 1
@@ -131,18 +140,12 @@ async def test_a_room_held_open_holds_up_neither_a_heartbeat_nor_a_reader(pool, 
     run_id = await run(pool)
     await _settle(pool, lane, 2, run_id)
     # a person's transaction left open in the lane's room (psql, a stuck client)
-    holder = await asyncpg.connect(dsn)
-    try:
-        await holder.execute("BEGIN")
-        await holder.execute("SELECT 1 FROM event_rooms WHERE room = $1 FOR NO KEY UPDATE", room)
+    async with holding_room(dsn, room):
         await asyncio.wait_for(beat(pool, run_id, done=0, failed=0, deferred=0, units=0, summary={}), NOT_WAITING)
         page = await asyncio.wait_for(store.read_after(pool, room, 0, 1000, 10), NOT_WAITING)
         assert page.events == [] and page.cursor == 0
         # the pass gave up whole: the counts wait for the next one
         assert await pool.fetchval("SELECT count(*) FROM settled_backlog") == 1
-        await holder.execute("COMMIT")
-    finally:
-        await holder.close()
     assert await store.number_settled(pool) == 1
     rows = await pool.fetch("SELECT seq, data FROM events WHERE room = $1", room)
     assert [(r["seq"], r["data"]["done"]) for r in rows] == [(1, 2)]
