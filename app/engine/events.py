@@ -29,8 +29,9 @@ _UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]
 ROOM_PATTERN = rf"^(system|(account|lane|batch):{_UUID})$"
 _ROOM = re.compile(ROOM_PATTERN)
 NOTIFY_CHANNEL = "skiplock_events"
-# the rooms the pipeline's settled counts go to (numbered in passes: migration 0032)
-SETTLED_ROOM_PREFIX = "lane:"
+# the rooms the pipeline's settled counts and batch progress go to, numbered in passes
+# (migration 0032)
+NUMBERED_IN_PASSES = ("lane:", "batch:")
 
 
 class BadRoom(ValueError):
@@ -100,7 +101,8 @@ async def read_after(db, room: str, after: int, window: int, limit: int) -> Page
 
 async def number_settled(db) -> int:
     """One numbering pass over the settled counts the pipeline parked (migration 0032):
-    one 'jobs.settled' per lane and type; how many events it wrote."""
+    one 'jobs.settled' per lane and type, one 'batch.progress' per batch; how many events
+    it wrote."""
     return await db.fetchval(query("events_number_settled"))
 
 

@@ -6,12 +6,13 @@ connection, for each room its subscribers follow; a dead listener's rows are cle
 The hub reads the announced ranges once (for the rooms someone here subscribes to, all
 of one notice in one statement) and offers them to those subscribers. Each subscriber
 holds at most `queue` events; one that falls further behind is marked `behind` and its
-holder catches up from the database under the replay rule (a gap when it fell further than EVENTS_REPLAY), so a slow client
-costs a bounded amount of memory, never more. The same happens to everyone when the
-LISTEN connection is lost: notices sent meanwhile are gone, the database is not.
+holder catches up from the database under the replay rule (a gap when it fell further
+than EVENTS_REPLAY), so a slow client costs a bounded amount of memory, never more. The
+same happens to everyone when the LISTEN connection is lost: notices sent meanwhile are
+gone, the database is not.
 
 The pipeline parks what it settles, unnumbered (migration 0032). While somebody here
-follows a lane, the hub runs a numbering pass every NUMBER_EVERY_SECONDS (one statement,
+follows a lane or a batch, the hub runs a numbering pass every NUMBER_EVERY_SECONDS (one statement,
 which finds nothing to do at once when nothing is parked); the events it writes come back
 as ordinary notices.
 
@@ -115,7 +116,7 @@ class EventHub:
             await asyncio.wait_for(self.listening.wait(), timeout=10)
             if first:
                 await self._watch("event_watch_add", room)
-            if room.startswith(store.SETTLED_ROOM_PREFIX) and (self._numbering is None or self._numbering.done()):
+            if room.startswith(store.NUMBERED_IN_PASSES) and (self._numbering is None or self._numbering.done()):
                 self._numbering = asyncio.create_task(self._number_settled(), name="skiplock-event-numbering")
             yield sub
         finally:
@@ -196,10 +197,10 @@ class EventHub:
                 sub.offer(events)
 
     async def _number_settled(self) -> None:
-        """Numbering passes while a lane room is followed here. A failure is logged once
-        until a pass succeeds again (the database may be away for a while)."""
+        """Numbering passes while a lane's or a batch's room is followed here. A failure is
+        logged once until a pass succeeds again (the database may be away for a while)."""
         failing = False
-        while any(room.startswith(store.SETTLED_ROOM_PREFIX) for room in self._rooms):
+        while any(room.startswith(store.NUMBERED_IN_PASSES) for room in self._rooms):
             await asyncio.sleep(NUMBER_EVERY_SECONDS)
             try:
                 await store.number_settled(await self._pool())

@@ -20,7 +20,9 @@ from websockets.asyncio.client import connect
 from app.engine import events as store
 from app.engine import jobs as q
 from app.engine.batches import report_progress
+from app.engine.db import connect as db_connect
 from app.engine.runs import beat
+from app.events.hub import EventHub
 from tests.factories import jobs, lease, run
 
 NOT_WAITING = 5.0  # seconds: far more than a statement takes, far less than the holder holds
@@ -202,3 +204,21 @@ async def test_a_run_numbers_pass_after_pass_until_nothing_is_parked(pool):
     rows = await pool.fetch("SELECT seq, data FROM events WHERE room = $1 ORDER BY seq", f"lane:{lane}")
     assert [r["seq"] for r in rows] == [1, 2, 3]  # three passes, one event each
     assert sum(r["data"]["done"] for r in rows) == 10000 and sum(r["data"]["batches"] for r in rows) == 5000
+
+
+async def test_a_hub_following_only_a_batch_numbers_its_progress(pool, dsn, tenants):
+    a, _, _ = tenants
+    batch = await pool.fetchval("INSERT INTO batches (lane) VALUES ($1) RETURNING id", a.lane)
+    await jobs(pool, "t", 2, lane=a.lane, batch_id=batch, total=1)
+
+    async def the_pool():
+        return pool
+
+    hub = EventHub(lambda: db_connect(dsn), the_pool, queue=10)
+    try:
+        async with hub.subscribe(f"batch:{batch}", 0) as sub:
+            await _settle(pool, a.lane, 2, await run(pool))     # no heartbeat, no reader: only the hub
+            [event] = await asyncio.wait_for(sub.wait(), WAIT)
+            assert (event.seq, event.type, event.data["done"], event.data["jobs"]) == (1, "batch.progress", 2, 2)
+    finally:
+        await hub.close()
