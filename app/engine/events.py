@@ -109,8 +109,10 @@ async def number_settled(db) -> int:
 async def read_between(db, ranges: list[tuple[str, int, int]], limit: int) -> dict[str, list[Event]]:
     """The events of each (room, first seq, last seq), at most `limit` a room, in one
     statement: each room's list in order (a room with none left out)."""
-    rows = await db.fetch(query("events_between"), [r for r, _, _ in ranges], [f for _, f, _ in ranges],
-                          [last for _, _, last in ranges], limit)
+    if not ranges:
+        return {}
+    rooms, firsts, lasts = (list(column) for column in zip(*ranges))
+    rows = await db.fetch(query("events_between"), rooms, firsts, lasts, limit)
     out: dict[str, list[Event]] = {}
     for r in rows:
         out.setdefault(r["room"], []).append(Event(r["room"], r["seq"], r["type"], r["data"], r["at"]))

@@ -116,7 +116,7 @@ class EventHub:
             await asyncio.wait_for(self.listening.wait(), timeout=10)
             if first:
                 await self._watch("event_watch_add", room)
-            if room.startswith(store.NUMBERED_IN_PASSES) and (self._numbering is None or self._numbering.done()):
+            if self._follows_numbered_rooms() and (self._numbering is None or self._numbering.done()):
                 self._numbering = asyncio.create_task(self._number_settled(), name="skiplock-event-numbering")
             yield sub
         finally:
@@ -196,11 +196,14 @@ class EventHub:
             for sub in list(self._rooms.get(room, ())):
                 sub.offer(events)
 
+    def _follows_numbered_rooms(self) -> bool:
+        return any(room.startswith(store.NUMBERED_IN_PASSES) for room in self._rooms)
+
     async def _number_settled(self) -> None:
         """Numbering passes while a lane's or a batch's room is followed here. A failure is
         logged once until a pass succeeds again (the database may be away for a while)."""
         failing = False
-        while any(room.startswith(store.NUMBERED_IN_PASSES) for room in self._rooms):
+        while self._follows_numbered_rooms():
             await asyncio.sleep(NUMBER_EVERY_SECONDS)
             try:
                 await store.number_settled(await self._pool())

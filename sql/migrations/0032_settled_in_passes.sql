@@ -13,11 +13,12 @@
 -- the same way and told once a pass ('batch.progress' counts the batch's jobs: done in
 -- every settling statement, it made a drain of one batch of 20,000 a third slower).
 -- Passes run:
---   * every quarter second in a process where somebody follows a lane live (its event hub,
---     app/events/hub.py): a NOTIFY from each settling statement would make every commit
---     take NOTIFY's lock and wake every listener, hundreds of times a second;
+--   * every quarter second in a process where somebody follows a lane or a batch live (its
+--     event hub, app/events/hub.py): a NOTIFY from each settling statement would make every
+--     commit take NOTIFY's lock and wake every listener, hundreds of times a second;
 --   * before every read of a room (GET /events, a WebSocket's catch-up);
---   * at a run's heartbeat (every 15 s) and at its end, for what nobody asked for.
+--   * at a run's heartbeat (every 15 s) and at its end, pass after pass, for what nobody
+--     asked for.
 -- The pipeline never takes a room's row, so overlapping runs never wait for each other's
 -- rooms. The old event backlog goes; what it held is carried over.
 
@@ -115,7 +116,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
     a_type text[]; a_lane uuid[]; a_pending integer[]; a_served integer[];
     a_in_head timestamptz[]; a_in_ready timestamptz[]; a_out_head timestamptz[]; a_out_ready timestamptz[];
-    a_may_create boolean;
+    a_may_create boolean; moved_batches uuid[];
     person boolean := events_by_person();
     -- the pipeline's statements (nobody named) with jobs that were running: settled work
     settle boolean := NOT person AND events_on()
@@ -174,25 +175,25 @@ BEGIN
                bool_or(ih IS NOT NULL OR (s > 0 AND oh IS NULL)) AS a_may_create
         FROM (SELECT * FROM per_lane ORDER BY type, lane) sorted
     ), batches_moved AS (
-        -- the batches whose counts or progress this statement changed
+        -- the batches whose counts or progress this statement changed (sorted: DISTINCT)
         SELECT coalesce(array_agg(DISTINCT batch_id), '{}') AS ids
-        FROM pair WHERE settle AND batch_id IS NOT NULL AND batch_moved
+        FROM pair WHERE (settle OR person) AND batch_id IS NOT NULL AND batch_moved
     ), parked AS (
-        -- what settled, parked with the change: one row, a (lane, type) per element, and
-        -- the batches moved
+        -- what the pipeline settled, parked with the change: one row, a (lane, type) per
+        -- element, and the batches moved
         INSERT INTO settled_backlog (lanes, types, run_ids, done, failed, retrying, deferred, batch_ids)
         SELECT coalesce(array_agg(lane), '{}'), coalesce(array_agg(type), '{}'),
                coalesce(array_agg(run_id::uuid), '{}'), coalesce(array_agg(done::int), '{}'),
                coalesce(array_agg(failed::int), '{}'), coalesce(array_agg(retrying::int), '{}'),
                coalesce(array_agg(deferred::int), '{}'), (SELECT ids FROM batches_moved)
         FROM settled
-        HAVING count(*) > 0 OR cardinality((SELECT ids FROM batches_moved)) > 0
+        HAVING settle AND (count(*) > 0 OR cardinality((SELECT ids FROM batches_moved)) > 0)
         RETURNING 1
     )
-    SELECT c.a_type, c.a_lane, c.a_p, c.a_s, c.a_ih, c.a_ir, c.a_oh, c.a_orr, c.a_may_create
+    SELECT c.a_type, c.a_lane, c.a_p, c.a_s, c.a_ih, c.a_ir, c.a_oh, c.a_orr, c.a_may_create, b.ids
     INTO a_type, a_lane, a_pending, a_served, a_in_head, a_in_ready, a_out_head, a_out_ready,
-         a_may_create
-    FROM counters c;
+         a_may_create, moved_batches
+    FROM counters c, batches_moved b;
     IF a_type IS NOT NULL THEN  -- else nothing the counters track changed (e.g. progress)
         PERFORM job_lanes_count(a_type, a_lane, a_pending, a_served, a_in_head, a_in_ready,
                                 a_out_head, a_out_ready, a_may_create);
@@ -200,13 +201,8 @@ BEGIN
     -- batches whose jobs a person changed: told at once (the pipeline's are parked above:
     -- counting a batch's jobs in every settling statement cost a drain of one batch of
     -- 20,000 a third of its speed)
-    IF person AND events_on() AND EXISTS (SELECT 1 FROM new_jobs WHERE batch_id IS NOT NULL) THEN
-        PERFORM events_batch_progress(ARRAY(
-            SELECT DISTINCT n.batch_id FROM old_jobs o JOIN new_jobs n ON n.id = o.id
-            WHERE n.batch_id IS NOT NULL
-              AND (n.status <> o.status OR n.progress IS DISTINCT FROM o.progress
-                   OR n.total IS DISTINCT FROM o.total)
-            ORDER BY 1));
+    IF person AND events_on() AND cardinality(moved_batches) > 0 THEN
+        PERFORM events_batch_progress(moved_batches);
     END IF;
     RETURN NULL;
 END $$;

@@ -64,6 +64,13 @@ async def revoke(pool, key: str) -> bool:
         return await revoke_key(conn, KEY_SHAPE.match(key).group(1))
 
 
+def pool_getter(pool):
+    """What EventHub takes for its pool (the runtime hands its pool over lazily)."""
+    async def get():
+        return pool
+    return get
+
+
 async def person_enqueues(pool, lane: uuid.UUID, n: int = 1, type_: str = "record") -> None:
     """`n` statements, one job each, by a named actor: n 'jobs.created' events in the lane's
     room (and its owner's, and 'system')."""

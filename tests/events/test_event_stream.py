@@ -21,7 +21,7 @@ from app.api import events as events_api
 from app.engine import events as store
 from app.engine.db import connect as db_connect
 from app.events.hub import EventHub
-from tests.events.conftest import person_enqueues, revoke
+from tests.events.conftest import person_enqueues, pool_getter, revoke
 
 WAIT = 10  # seconds: generous on a loaded machine; the path under test never polls
 
@@ -236,7 +236,7 @@ async def test_sockets_waiting_for_their_key_are_capped_in_a_process(pool, serve
 
 async def test_slow_subscriber_gets_a_gap_not_memory(pool, dsn, tenants):
     a, _, _ = tenants
-    hub = EventHub(lambda: db_connect(dsn), _pool_of(pool), queue=3)
+    hub = EventHub(lambda: db_connect(dsn), pool_getter(pool), queue=3)
     room = f"lane:{a.lane}"
     try:
         async with hub.subscribe(room, 0) as sub:
@@ -259,12 +259,6 @@ async def test_slow_subscriber_gets_a_gap_not_memory(pool, dsn, tenants):
             assert [e.seq for e in page.events] == [6, 7, 8, 9, 10] and page.cursor == 10
     finally:
         await hub.close()
-
-
-def _pool_of(pool):
-    async def get():
-        return pool
-    return get
 
 
 async def test_a_websocket_on_a_refused_tenant_login_is_closed_not_served(pool, dsn, serve, tenants, unfit_login):

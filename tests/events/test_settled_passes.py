@@ -22,7 +22,9 @@ from app.engine import jobs as q
 from app.engine.batches import report_progress
 from app.engine.db import connect as db_connect
 from app.engine.runs import beat
+from app.engine.tenancy import acting
 from app.events.hub import EventHub
+from tests.events.conftest import PERSON, pool_getter
 from tests.factories import jobs, lease, run
 
 NOT_WAITING = 5.0  # seconds: far more than a statement takes, far less than the holder holds
@@ -43,6 +45,14 @@ async def holding_room(dsn: str, room: str):
         await holder.close()
 
 
+async def _lane_with_room(pool, n: int, head: int = 0) -> tuple[uuid.UUID, str]:
+    """A lane with `n` pending jobs of type t, and its room's row at seq `head`."""
+    lane = uuid.uuid4()
+    await jobs(pool, "t", n, lane=lane)
+    await pool.execute("INSERT INTO event_rooms (room, head_seq) VALUES ($1, $2)", f"lane:{lane}", head)
+    return lane, f"lane:{lane}"
+
+
 async def _settle(pool, lane: uuid.UUID, n: int, run_id: uuid.UUID) -> None:
     got = await q.claim(pool, lease("t"), run_id, n)
     assert len(got) == n and all(j.lane == lane for j in got)
@@ -50,10 +60,7 @@ async def _settle(pool, lane: uuid.UUID, n: int, run_id: uuid.UUID) -> None:
 
 
 async def test_counts_are_parked_with_the_change_and_a_reader_numbers_them(pool, dsn):
-    lane = uuid.uuid4()
-    room = f"lane:{lane}"
-    await jobs(pool, "t", 6, lane=lane)
-    await pool.execute("INSERT INTO event_rooms (room, head_seq) VALUES ($1, 7)", room)
+    lane, room = await _lane_with_room(pool, 6, head=7)
     run_id = await run(pool)
     # a person's write holds the lane's room until it commits: settling does not wait for it
     async with holding_room(dsn, room):
@@ -135,10 +142,7 @@ async def test_a_follower_gets_what_settles_in_another_process_without_a_heartbe
 
 
 async def test_a_room_held_open_holds_up_neither_a_heartbeat_nor_a_reader(pool, dsn):
-    lane = uuid.uuid4()
-    room = f"lane:{lane}"
-    await jobs(pool, "t", 2, lane=lane)
-    await pool.execute("INSERT INTO event_rooms (room) VALUES ($1)", room)
+    lane, room = await _lane_with_room(pool, 2)
     run_id = await run(pool)
     await _settle(pool, lane, 2, run_id)
     # a person's transaction left open in the lane's room (psql, a stuck client)
@@ -211,10 +215,7 @@ async def test_a_hub_following_only_a_batch_numbers_its_progress(pool, dsn, tena
     batch = await pool.fetchval("INSERT INTO batches (lane) VALUES ($1) RETURNING id", a.lane)
     await jobs(pool, "t", 2, lane=a.lane, batch_id=batch, total=1)
 
-    async def the_pool():
-        return pool
-
-    hub = EventHub(lambda: db_connect(dsn), the_pool, queue=10)
+    hub = EventHub(lambda: db_connect(dsn), pool_getter(pool), queue=10)
     try:
         async with hub.subscribe(f"batch:{batch}", 0) as sub:
             await _settle(pool, a.lane, 2, await run(pool))     # no heartbeat, no reader: only the hub
@@ -222,3 +223,16 @@ async def test_a_hub_following_only_a_batch_numbers_its_progress(pool, dsn, tena
             assert (event.seq, event.type, event.data["done"], event.data["jobs"]) == (1, "batch.progress", 2, 2)
     finally:
         await hub.close()
+
+
+async def test_a_person_changing_a_batch_is_told_at_once(pool, tenants):
+    a, _, _ = tenants
+    batch = await pool.fetchval("INSERT INTO batches (lane) VALUES ($1) RETURNING id", a.lane)
+    [job, _] = await jobs(pool, "t", 2, lane=a.lane, batch_id=batch, total=3)
+    async with acting(pool, PERSON) as conn:  # a cancel through the CLI or the API
+        await conn.execute("UPDATE jobs SET status = 'failed', last_error = 'cancelled', finished_at = now() "
+                           "WHERE id = $1", job)
+    # numbered in the person's own transaction, nothing parked
+    assert await pool.fetchval("SELECT count(*) FROM settled_backlog") == 0
+    rows = await pool.fetch("SELECT seq, type, data FROM events WHERE room = $1", f"batch:{batch}")
+    assert [(r["seq"], r["type"], r["data"]["jobs"], r["data"]["failed"]) for r in rows] == [(1, "batch.progress", 2, 1)]
