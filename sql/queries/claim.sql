@@ -78,7 +78,7 @@ WITH done AS (
            -- what claims in flight took and left in the journal counts as served too
            l.served + coalesce((SELECT sum(n.served) FROM job_lane_journal n
                                 WHERE n.type = l.type AND n.lane = l.lane), 0) AS served,
-           l.priority, h.created_at AS head_at,
+           l.priority, h.created_at AS head_at, h.id AS head_id,
            -- the lane's stale jobs come first in its order: counted once here, not for
            -- each of the lane's slots below (up to $2 each)
            (SELECT count(*) FROM stale s WHERE s.lane = l.lane) AS stale_n
@@ -90,7 +90,7 @@ WITH done AS (
         LIMIT 40 * $2
     ) l
     CROSS JOIN LATERAL (
-        SELECT j.created_at FROM jobs j
+        SELECT j.id, j.created_at FROM jobs j
         WHERE j.status = 'pending' AND j.type = $1 AND j.lane = l.lane AND j.run_after <= now()
         ORDER BY j.created_at
         LIMIT 1
@@ -127,12 +127,17 @@ WITH done AS (
 ), quota AS (
     SELECT lane, count(*) AS n FROM slots WHERE id IS NULL GROUP BY lane
 ), fair AS (
-    -- lock exactly each lane's quota, oldest first, skipping rows another claim holds
+    -- lock exactly each lane's quota, oldest first, skipping rows another claim holds. A
+    -- quota of one is the head `heads` already locked: no second probe
+    SELECT h.head_id AS id
+    FROM quota q JOIN heads h ON h.lane = q.lane
+    WHERE q.n = 1
+    UNION ALL
     SELECT j.id
     FROM quota q
     CROSS JOIN LATERAL (
         SELECT j.id FROM jobs j
-        WHERE j.status = 'pending' AND j.type = $1 AND j.lane = q.lane AND j.run_after <= now()
+        WHERE q.n > 1 AND j.status = 'pending' AND j.type = $1 AND j.lane = q.lane AND j.run_after <= now()
         ORDER BY j.created_at
         LIMIT q.n
         FOR UPDATE SKIP LOCKED
