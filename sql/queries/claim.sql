@@ -137,11 +137,12 @@ WITH done AS (
     FROM quota q
     CROSS JOIN LATERAL (
         SELECT j.id FROM jobs j
-        WHERE q.n > 1 AND j.status = 'pending' AND j.type = $1 AND j.lane = q.lane AND j.run_after <= now()
+        WHERE j.status = 'pending' AND j.type = $1 AND j.lane = q.lane AND j.run_after <= now()
         ORDER BY j.created_at
         LIMIT q.n
         FOR UPDATE SKIP LOCKED
     ) j
+    WHERE q.n > 1
 ), fair_picked AS (
     SELECT id FROM slots WHERE id IS NOT NULL
     UNION ALL
