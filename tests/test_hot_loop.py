@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timezone
 
+import asyncpg
 import pytest
 
 from app.engine import jobs as q
-from app.engine.db import create_pool
+from app.engine.db import connect, create_pool
 from app.pipeline.loop import Pipeline
 from app.pipeline.stage import Stage, StopRun
 from app.settings import load_settings
@@ -132,3 +133,49 @@ async def test_a_run_never_takes_back_its_own_expired_lease(pool):
     again = [j.id for j in await q.claim(pool, f.lease("own"), mine, 2)]
     assert held not in again and len(again) == 1  # the other, ready job
     assert [j.id for j in await q.claim(pool, f.lease("own"), other, 2)] == [held]
+
+
+@pytest.mark.parametrize("callers_transaction", [False, True])
+async def test_a_claim_cut_to_break_a_deadlock_is_sent_again(dsn, pool, callers_transaction):
+    """The server breaks a deadlock by cutting one statement; when that is a run's claim,
+    the run must not end in error with its batch held until the lease runs out. Here a
+    second transaction locks the larger of a run's two finished jobs, waits until the
+    claim has marked the smaller one done and is waiting for the larger, then asks for
+    the smaller: a cycle, and the claim (waiting longer) is cut. Sent again, it waits
+    for the other transaction to end and then writes both endings. Inside a caller's
+    transaction it is not sent again: that transaction is lost, and the caller is told."""
+    ids = await f.jobs(pool, "dl", 3)
+    mine = await f.run(pool)
+    held = sorted(j.id for j in await q.claim(pool, f.lease("dl"), mine, 2))
+    claimer, other = await connect(dsn), await connect(dsn)
+    try:
+        claimer_pid = claimer.get_server_pid()
+        tx = other.transaction()
+        await tx.start()
+        await other.execute("SET LOCAL deadlock_timeout = '30s'")  # so the claim's check finds the cycle
+        await other.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", held[1])
+        if callers_transaction:
+            await claimer.execute("BEGIN")
+        claiming = asyncio.create_task(q.finish_and_claim(claimer, f.lease("dl"), mine, 1, held))
+        while not await pool.fetchval(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)", claimer_pid):
+            assert not claiming.done(), claiming
+            await asyncio.sleep(0.01)
+        # the claim holds the smaller job's row now; asking for it closes the cycle
+        asked = asyncio.create_task(other.execute(
+            "UPDATE jobs SET locked_at = locked_at WHERE id = $1", held[0]))
+        await asyncio.wait_for(asked, 10)  # the claim was cut: its row is free
+        await tx.rollback()
+        if callers_transaction:
+            with pytest.raises(asyncpg.DeadlockDetectedError):
+                await asyncio.wait_for(claiming, 10)
+            await claimer.execute("ROLLBACK")
+            w = await q.finish_and_claim(claimer, f.lease("dl"), mine, 1, held)  # the caller's retry
+        else:
+            w = await asyncio.wait_for(claiming, 10)
+    finally:
+        await claimer.close()
+        await other.close()
+    assert (w.done, [j.id for j in w.claimed]) == (2, [ids[2]])
+    rows = await pool.fetch("SELECT id, status, attempts FROM jobs WHERE type = 'dl' ORDER BY id")
+    assert [(r["status"], r["attempts"]) for r in rows] == [("done", 1), ("done", 1), ("running", 1)]

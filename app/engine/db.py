@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Awaitable, Callable, TypeVar
 
 import asyncpg
+
+T = TypeVar("T")
 
 # What a lost or refused connection looks like (PostgreSQL restarting or shutting down,
 # a pooler that lost its server, the socket gone): worth trying again shortly, unlike an
@@ -36,6 +39,29 @@ def connection_lost(exc: BaseException) -> bool:
     if isinstance(exc, asyncpg.ProtocolViolationError):
         return False
     return isinstance(exc, CONNECTION_ERRORS) or was_cut(exc)
+
+
+# How often a statement that PostgreSQL chose as a deadlock's victim is sent again. Its
+# transaction was rolled back whole, so sending it again is the same as sending it the
+# first time; the other side of the cycle went on when it was cut.
+DEADLOCK_TRIES = 5
+
+
+async def retry_deadlock(db, call: Callable[[], Awaitable[T]]) -> T:
+    """`call()` (one statement, its own transaction), again when the server broke a
+    deadlock by cutting it. Overlapping claims can meet in one: FOR UPDATE SKIP LOCKED
+    skips a row another transaction holds, but a row whose holder commits while it is
+    being locked is followed to its newer version, and that wait does not skip
+    (docs/reliability.md#deadlocks-between-claims). Inside a caller's transaction nothing is retried:
+    the whole transaction is lost, and only the caller can run it again."""
+    for attempt in range(1, DEADLOCK_TRIES + 1):
+        try:
+            return await call()
+        except asyncpg.DeadlockDetectedError:
+            in_transaction = getattr(db, "is_in_transaction", None)
+            if attempt == DEADLOCK_TRIES or (in_transaction is not None and in_transaction()):
+                raise
+    raise AssertionError("unreachable")
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
