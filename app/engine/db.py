@@ -52,16 +52,17 @@ async def retry_deadlock(db, call: Callable[[], Awaitable[T]]) -> T:
     deadlock by cutting it. Overlapping claims can meet in one: FOR UPDATE SKIP LOCKED
     skips a row another transaction holds, but a row whose holder commits while it is
     being locked is followed to its newer version, and that wait does not skip
-    (docs/reliability.md#deadlocks-between-claims). Inside a caller's transaction nothing is retried:
-    the whole transaction is lost, and only the caller can run it again."""
-    for attempt in range(1, DEADLOCK_TRIES + 1):
+    (docs/reliability.md#deadlocks-between-claims). Inside a caller's transaction
+    nothing is retried: the whole transaction is lost, and only the caller can run it
+    again."""
+    for _ in range(DEADLOCK_TRIES - 1):
         try:
             return await call()
         except asyncpg.DeadlockDetectedError:
-            in_transaction = getattr(db, "is_in_transaction", None)
-            if attempt == DEADLOCK_TRIES or (in_transaction is not None and in_transaction()):
+            in_transaction = getattr(db, "is_in_transaction", None)  # a pool never is
+            if in_transaction is not None and in_transaction():
                 raise
-    raise AssertionError("unreachable")
+    return await call()
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:

@@ -107,9 +107,9 @@ async def finish_and_claim(db, lease: Lease, run_id: uuid.UUID, limit: int,
     as claim() does (limit 0: claim nothing). One round trip for a batch's endings and
     the next batch."""
     back = hand_back or {}
-    rows = await retry_deadlock(db, lambda: db.fetch(
-        query("claim"), lease.type, limit, run_id, float(lease.lease_seconds), lease.max_attempts,
-        done, list(back), list(back.values())))
+    args = (query("claim"), lease.type, limit, run_id, float(lease.lease_seconds), lease.max_attempts,
+            done, list(back), list(back.values()))
+    rows = await retry_deadlock(db, lambda: db.fetch(*args))
     first = rows[0]
     # the claim's columns come in Job's field order, then the two counts
     claimed = [Job(*r[:_N_JOB_FIELDS]) for r in rows] if first[0] is not None else []
