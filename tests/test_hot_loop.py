@@ -12,8 +12,10 @@ import pytest
 
 from app.engine import jobs as q
 from app.engine.db import connect, create_pool
+from app.engine.one_connection import OneConnection
+from app.pipeline import outcomes
 from app.pipeline.loop import Pipeline
-from app.pipeline.stage import Stage, StopRun
+from app.pipeline.stage import Context, Stage, StopRun, Tally
 from app.settings import load_settings
 from tests import factories as f
 
@@ -135,6 +137,14 @@ async def test_a_run_never_takes_back_its_own_expired_lease(pool):
     assert [j.id for j in await q.claim(pool, f.lease("own"), other, 2)] == [held]
 
 
+async def _waiting(pool, pid: int, task: asyncio.Task) -> None:
+    """Until backend `pid` waits for a lock (the task must still be going)."""
+    while not await pool.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)", pid):
+        assert not task.done(), task
+        await asyncio.sleep(0.01)
+
+
 @pytest.mark.parametrize("callers_transaction", [False, True])
 async def test_a_claim_cut_to_break_a_deadlock_is_sent_again(dsn, pool, callers_transaction):
     """The server breaks a deadlock by cutting one statement; when that is a run's claim,
@@ -157,10 +167,7 @@ async def test_a_claim_cut_to_break_a_deadlock_is_sent_again(dsn, pool, callers_
         if callers_transaction:
             await claimer.execute("BEGIN")
         claiming = asyncio.create_task(q.finish_and_claim(claimer, f.lease("dl"), mine, 1, held))
-        while not await pool.fetchval(
-                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)", claimer_pid):
-            assert not claiming.done(), claiming
-            await asyncio.sleep(0.01)
+        await _waiting(pool, claimer_pid, claiming)
         # the claim holds the smaller job's row now; asking for it closes the cycle
         asked = asyncio.create_task(other.execute(
             "UPDATE jobs SET locked_at = locked_at WHERE id = $1", held[0]))
@@ -179,3 +186,36 @@ async def test_a_claim_cut_to_break_a_deadlock_is_sent_again(dsn, pool, callers_
     assert (w.done, [j.id for j in w.claimed]) == (2, [ids[2]])
     rows = await pool.fetch("SELECT id, status, attempts FROM jobs WHERE type = 'dl' ORDER BY id")
     assert [(r["status"], r["attempts"]) for r in rows] == [("done", 1), ("done", 1), ("running", 1)]
+
+
+async def test_a_failure_cut_to_break_a_deadlock_is_written_again(dsn, pool, caplog):
+    """A failed attempt's write (its own transaction, gave_up included) cut by the server
+    to break a deadlock is run again, not left in the run's errors with the job held until
+    its lease runs out. Here a second transaction holds the lane's counter row, which the
+    failure (its job pending again) must write, and once the failure waits for it, asks
+    for the job's row: a cycle, and the failure (waiting longer) is cut."""
+    stage = Stage(type="dlf", handler=lambda job, ctx: None, lease=60, timeout=10, max_attempts=3)
+    [job_id] = await f.jobs(pool, "dlf", 1)
+    mine = await f.run(pool)
+    [job] = await q.claim(pool, stage.lease_terms, mine, 1)
+    failer, other = await connect(dsn), await connect(dsn)
+    try:
+        tx = other.transaction()
+        await tx.start()
+        await other.execute("SET LOCAL deadlock_timeout = '30s'")  # so the failure's check finds the cycle
+        await other.execute("SELECT 1 FROM job_lanes WHERE type = 'dlf' FOR UPDATE")
+        ctx = Context(db=pool, run_id=mine, trigger="test", settings=None, deadline=0, tally=Tally())
+        failing = asyncio.create_task(outcomes.fail(OneConnection(failer), stage, job, "boom", ctx))
+        await _waiting(pool, failer.get_server_pid(), failing)
+        asked = asyncio.create_task(other.execute(
+            "UPDATE jobs SET locked_at = locked_at WHERE id = $1", job_id))
+        await asyncio.wait_for(asked, 10)  # the failure was cut: the job's row is free
+        await tx.rollback()
+        gave_up = await asyncio.wait_for(failing, 10)
+    finally:
+        await failer.close()
+        await other.close()
+    assert gave_up is False  # written, with attempts left: back to pending
+    row = await f.job_row(pool, job_id)
+    assert (row["status"], row["attempts"], row["last_error"]) == ("pending", 1, "boom")
+    assert any("deadlock" in r.getMessage() and r.name == "skiplock.db" for r in caplog.records)

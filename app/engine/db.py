@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Awaitable, Callable, TypeVar
 
 import asyncpg
 
 T = TypeVar("T")
+
+log = logging.getLogger("skiplock.db")
 
 # What a lost or refused connection looks like (PostgreSQL restarting or shutting down,
 # a pooler that lost its server, the socket gone): worth trying again shortly, unlike an
@@ -48,20 +51,22 @@ DEADLOCK_TRIES = 5
 
 
 async def retry_deadlock(db, call: Callable[[], Awaitable[T]]) -> T:
-    """`call()` (one statement, its own transaction), again when the server broke a
-    deadlock by cutting it. Overlapping claims can meet in one: FOR UPDATE SKIP LOCKED
-    skips a row another transaction holds, but a row whose holder commits while it is
-    being locked is followed to its newer version, and that wait does not skip
-    (docs/reliability.md#deadlocks-between-claims). Inside a caller's transaction
-    nothing is retried: the whole transaction is lost, and only the caller can run it
-    again."""
-    for _ in range(DEADLOCK_TRIES - 1):
+    """`call()` (a transaction of its own: one statement, or one `transaction()` block),
+    again when the server broke a deadlock by cutting it. Overlapping claims can meet in
+    one: FOR UPDATE SKIP LOCKED skips a row another transaction holds, but a row whose
+    holder commits while it is being locked is followed to its newer version, and that
+    wait does not skip (docs/reliability.md#deadlocks-between-claims). Inside a caller's
+    transaction nothing is retried: the whole transaction is lost, and only the caller
+    can run it again. Each retry is logged (a warning), so the rare event can be seen."""
+    for attempt in range(1, DEADLOCK_TRIES):
         try:
             return await call()
-        except asyncpg.DeadlockDetectedError:
+        except asyncpg.DeadlockDetectedError as exc:
             in_transaction = getattr(db, "is_in_transaction", None)  # a pool never is
             if in_transaction is not None and in_transaction():
                 raise
+            log.warning("cut by the server to break a deadlock, sent again (try %d of %d): %s",
+                        attempt + 1, DEADLOCK_TRIES, str(exc).splitlines()[0])
     return await call()
 
 

@@ -21,6 +21,7 @@ import asyncpg
 
 from app.engine import batches, job_admin
 from app.engine import jobs as q
+from app.engine.db import retry_deadlock
 from app.engine.jobs import Job
 from app.pipeline import notifications
 from app.pipeline.stage import Context, DeferJob, FailJob, Stage, StopRun, Tally
@@ -133,16 +134,23 @@ async def settle(db, stage: Stage, endings: BatchEndings, ctx: Context, *,
 async def fail(db, stage: Stage, job: Job, error: str, ctx: Context, *,
                for_good: bool = False) -> bool | None:
     """One failed attempt: back to pending after a backoff while attempts are left, else
-    (or for_good) given up. Returns whether it gave up; None when the run no longer held it."""
-    async with db.acquire() as conn, conn.transaction():
-        # max attempts 0: the attempt just made is the last, whatever the stage allows
-        row = await q.fail(conn, ctx.run_id, job.id, error, 0 if for_good else stage.max_attempts)
-        if row is None:
-            return None
-        if row["status"] != "failed":
-            return False
-        await _give_up(conn, stage, job, error, ctx)
-        return True
+    (or for_good) given up. Returns whether it gave up; None when the run no longer held it.
+
+    A transaction the server cuts to break a deadlock is run again, gave_up included: left
+    alone, the job would sit held until its lease ran out, and then be run again (attempts
+    left) or given up by the stuck sweep, which calls gave_up as well."""
+    async def once() -> bool | None:
+        async with db.acquire() as conn, conn.transaction():
+            # max attempts 0: the attempt just made is the last, whatever the stage allows
+            row = await q.fail(conn, ctx.run_id, job.id, error, 0 if for_good else stage.max_attempts)
+            if row is None:
+                return None
+            if row["status"] != "failed":
+                return False
+            await _give_up(conn, stage, job, error, ctx)
+            return True
+
+    return await retry_deadlock(db, once)
 
 
 async def give_up_stuck(pool, stage: Stage, job_id: uuid.UUID, ctx: Context) -> bool:
