@@ -18,7 +18,8 @@ then a table on stdout and everything in bench/results/latest.json. `--only lane
 3 and 3b, `--only lanes-drain` 3b alone.
 --peers adds pgqueuer 1.6.0 and the bare SKIP LOCKED loop on the same server
 (bench/peers.py; needs pip access once), and one run-once against pgqueuer in
-back-to-back pairs (bench/paired.py; alone: `--only paired`). Each part has a time cap; the whole run takes
+back-to-back pairs (bench/paired.py; alone: `--only paired`), and ten overlapping runs
+against both peers round by round (bench/paired_ten.py; alone: `--only paired-ten`). Each part has a time cap; the whole run takes
 about four minutes here, four and a half with --peers."""
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import claim_latency, coldstart, drain, events, invocations, machine, metrics, paired, peers
+from bench import claim_latency, coldstart, drain, events, invocations, machine, metrics, paired, paired_ten, peers
 from bench.server import Server
 from bench.sampling import said
 
@@ -47,7 +48,7 @@ LANES_DRAIN_CAMPAIGNS = 100_000
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", choices=["drain", "events", "claim", "lanes", "lanes-drain", "peers", "paired", "coldstart", "metrics",
+    p.add_argument("--only", choices=["drain", "events", "claim", "lanes", "lanes-drain", "peers", "paired", "paired-ten", "coldstart", "metrics",
                                        "invocations"],
                    help="run one part only")
     p.add_argument("--n", type=int, default=20_000, help="jobs per drain (default 20000)")
@@ -149,6 +150,12 @@ async def main(args) -> dict:
                  f"median of the pairs' ratios")
             out["paired"] = await _guard(paired.run(server, peers_dir=args.peers_dir, pairs=max(args.repeats, 7),
                                                     n=args.n, cap=args.drain_cap * 2, log=_log), server.meter)
+        if args.only == "paired-ten" or (args.only is None and args.peers):  # issue 12's ten-run targets, round by round
+            _log(f"\n[4c] ten overlapping runs (mixed, batch 25) against pgqueuer 1.6.0 uncapped and the bare "
+                 f"loop, round by round, {args.n:,} jobs, medians of the rounds' ratios")
+            out["paired_ten"] = await _guard(paired_ten.run(server, peers_dir=args.peers_dir,
+                                                            rounds=max(args.repeats, 5), n=args.n,
+                                                            cap=args.drain_cap * 3, log=_log), server.meter)
         if args.peers or args.only == "peers":
             _log("\n[4] peers on the same server: pgqueuer 1.6.0, the bare SKIP LOCKED loop")
             out["peers"] = await _guard(peers.run(
@@ -232,6 +239,7 @@ def _targets(out: dict) -> dict:
             "value": ld["ratio"], "met": ld["ratio"] >= ld["target_ratio"] and ok}
     t.update(invocations.targets(out))
     t.update(paired.targets(out))
+    t.update(paired_ten.targets(out))
     st = out.get("statements", {}).get("results", {}).get("mixed")
     drains = [x for r in d.values() for x in r["runs"]]
     if st and drains:
@@ -289,6 +297,7 @@ def _table(out: dict) -> str:
                       f"{ov['claim_b']} with {ov['ready_in_other_lanes']:,} ready in other lanes: "
                       f"{'ok' if ov['ok'] else 'B starved (its run would stop with no_work)'}"]
     lines += paired.table(out)
+    lines += paired_ten.table(out)
     lines += invocations.table(out)
     c = out.get("claim", {})
     if c.get("results"):

@@ -167,7 +167,7 @@ def targets(out: dict) -> dict:
             "target": f">= {TARGET_OVER_PGQUEUER} (pgqueuer uncapped, same sitting)",
             "value": round(ratio, 2), "met": ratio >= TARGET_OVER_PGQUEUER}
     head = out.get("drain", {}).get("results", {}).get("mixed batch=25 loop")
-    bare = out.get("peers", {}).get("raw_sql", {}).get("drain", {}).get("b=25", {}).get("median_jobs_s")
+    bare = out.get("peers", {}).get("raw_sql", {}).get("drain", {}).get("B=25", {}).get("median_jobs_s")
     if head and pgq:
         ratio = head["jobs_s_median"] / pgq
         t["ten_overlapping_over_pgqueuer"] = {

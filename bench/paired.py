@@ -42,17 +42,10 @@ async def run(server, *, peers_dir, pairs: int, n: int, cap: float, log=print) -
             pair: dict = {}
             for part in (("pgqueuer", "skiplock") if i % 2 == 0 else ("skiplock", "pgqueuer")):
                 if part == "pgqueuer":
-                    # two runs in the script's one process, the second counted: a pgqueuer
-                    # worker is a long-lived process, and a first run in a fresh one was
-                    # the slowest of three in three sittings of four
-                    got = await peers.run(server, peers_dir=peers_dir, variants=["unlimited"], n=n,
-                                          concurrency=10, repeats=2, cap=left, bare=False, log=lambda _: None)
-                    if "skipped" in got:
-                        return {"skipped": got["skipped"]}
-                    runs = got["variants"]["unlimited"].get("process_jobs_s_all") or []
-                    if len(runs) < 2:
-                        return {"error": got["variants"]["unlimited"].get("error", "pgqueuer gave no figure")}
-                    pair["pgqueuer_jobs_s"] = runs[-1]
+                    got = await peers.pgqueuer_warm(server, peers_dir=peers_dir, n=n, concurrency=10, cap=left)
+                    if isinstance(got, dict):
+                        return got
+                    pair["pgqueuer_jobs_s"] = got
                 else:
                     # the run's budget must fit the default platform limit (300 s)
                     r = await invocations._measure(admin, dsn, lanes, n=n, k=1, batch=50, concurrency=10,

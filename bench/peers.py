@@ -51,18 +51,26 @@ def _port(admin_dsn: str) -> int | None:
     return u.port or 5432
 
 
+async def _prepare(server) -> tuple[Path, int] | str:
+    """The peers' venv python and the server's port, or why the peers cannot run."""
+    port = _port(server.admin_dsn)
+    if port is None:
+        return "the peer scripts need user postgres on 127.0.0.1"
+    try:
+        return await asyncio.to_thread(_venv_python), port
+    except (subprocess.CalledProcessError, OSError) as exc:
+        return f"could not prepare the peer venv: {exc}"
+
+
 async def run(server, *, peers_dir: Path, variants: list[str], n: int, concurrency: int,
               repeats: int, cap: float, bare: bool = True, log=print) -> dict:
     script = peers_dir / "bench_pgqueuer.py"
     if not script.exists():
         return {"skipped": f"{script} not found"}
-    port = _port(server.admin_dsn)
-    if port is None:
-        return {"skipped": "the peer scripts need user postgres on 127.0.0.1"}
-    try:
-        py = await asyncio.to_thread(_venv_python)
-    except (subprocess.CalledProcessError, OSError) as exc:
-        return {"skipped": f"could not prepare the peer venv: {exc}"}
+    ready = await _prepare(server)
+    if isinstance(ready, str):
+        return {"skipped": ready}
+    py, port = ready
     out: dict = {"library": "pgqueuer 1.6.0", "venv": str(VENV), "event_loop": "uvloop",
                  "variants": {}}
     for variant in variants:
@@ -94,8 +102,32 @@ async def run(server, *, peers_dir: Path, variants: list[str], n: int, concurren
     return out
 
 
+async def pgqueuer_warm(server, *, peers_dir: Path, n: int, concurrency: int, cap: float) -> float | dict:
+    """One pgqueuer uncapped drain by a worker that has been up for a while: two runs in
+    the script's one process, the second counted (a first run in a fresh process was the
+    slowest of three in three sittings of four). Its jobs/s, or a dict saying why none."""
+    got = await run(server, peers_dir=peers_dir, variants=["unlimited"], n=n, concurrency=concurrency,
+                    repeats=2, cap=cap, bare=False, log=lambda _: None)
+    if "skipped" in got:
+        return {"skipped": got["skipped"]}
+    runs = got["variants"]["unlimited"].get("process_jobs_s_all") or []
+    if len(runs) < 2:
+        return {"error": got["variants"]["unlimited"].get("error", "pgqueuer gave no figure")}
+    return runs[-1]
+
+
+async def bare_loop(server, *, peers_dir: Path, n: int, concurrency: int, repeats: int, cap: float,
+                    batches: tuple[str, ...] = ("25", "100"), log=print) -> dict:
+    """The bare SKIP LOCKED loop alone (for rounds that set it beside other drains)."""
+    ready = await _prepare(server)
+    if isinstance(ready, str):
+        return {"skipped": ready}
+    py, port = ready
+    return await _raw_sql(py, peers_dir, server.admin_dsn, port, n, concurrency, repeats, cap, log, batches)
+
+
 async def _raw_sql(py: Path, peers_dir: Path, admin_dsn: str, port: int, n: int, concurrency: int, repeats: int,
-                   cap: float, log) -> dict:
+                   cap: float, log, batches: tuple[str, ...] = ("25", "100")) -> dict:
     """The bare SKIP LOCKED ceiling (raw_sql_drain.py): no fairness, no pipeline, a
     partial index in claim order; claim B then complete, B = 25 and 100."""
     script = peers_dir / "raw_sql_drain.py"
@@ -105,7 +137,7 @@ async def _raw_sql(py: Path, peers_dir: Path, admin_dsn: str, port: int, n: int,
     env = _peer_env(admin_dsn, port, results)
     proc = await asyncio.create_subprocess_exec(
         str(py), str(script), "--n", str(n), "--concurrency", str(concurrency), "--runs", str(repeats),
-        "--batches", "25", "100", "--index", "partial", cwd=str(peers_dir), env=env,
+        "--batches", *batches, "--index", "partial", cwd=str(peers_dir), env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     try:
         stdout, _ = await asyncio.wait_for(proc.communicate(), timeout=cap)
