@@ -117,7 +117,7 @@ async def pgqueuer_warm(server, *, peers_dir: Path, n: int, concurrency: int, ca
 
 
 async def bare_loop(server, *, peers_dir: Path, n: int, concurrency: int, repeats: int, cap: float,
-                    batches: tuple[str, ...] = ("25", "100"), log=print) -> dict:
+                    batches: tuple[str, ...], log) -> dict:
     """The bare SKIP LOCKED loop alone (for rounds that set it beside other drains)."""
     ready = await _prepare(server)
     if isinstance(ready, str):
@@ -129,7 +129,7 @@ async def bare_loop(server, *, peers_dir: Path, n: int, concurrency: int, repeat
 async def _raw_sql(py: Path, peers_dir: Path, admin_dsn: str, port: int, n: int, concurrency: int, repeats: int,
                    cap: float, log, batches: tuple[str, ...] = ("25", "100")) -> dict:
     """The bare SKIP LOCKED ceiling (raw_sql_drain.py): no fairness, no pipeline, a
-    partial index in claim order; claim B then complete, B = 25 and 100."""
+    partial index in claim order; claim B then complete, for each B of `batches`."""
     script = peers_dir / "raw_sql_drain.py"
     if not script.exists():
         return {"skipped": f"{script} not found"}
