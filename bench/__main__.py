@@ -19,7 +19,9 @@ then a table on stdout and everything in bench/results/latest.json. `--only lane
 --peers adds pgqueuer 1.6.0 and the bare SKIP LOCKED loop on the same server
 (bench/peers.py; needs pip access once), and one run-once against pgqueuer in
 back-to-back pairs (bench/paired.py; alone: `--only paired`), and ten overlapping runs
-against both peers round by round (bench/paired_ten.py; alone: `--only paired-ten`). Each part has a time cap; the whole run takes
+against both peers round by round (bench/paired_ten.py; alone: `--only paired-ten`).
+`--only floor` climbs from the bare loop's table to the pipeline step by step, to show
+where the ten-run drain's distance to it goes (bench/floor.py). Each part has a time cap; the whole run takes
 about four minutes here, four and a half with --peers."""
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import claim_latency, coldstart, drain, events, invocations, machine, metrics, paired, paired_ten, peers
+from bench import claim_latency, coldstart, drain, events, floor, invocations, machine, metrics, paired, paired_ten, peers
 from bench.server import Server
 from bench.sampling import said
 
@@ -48,7 +50,7 @@ LANES_DRAIN_CAMPAIGNS = 100_000
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", choices=["drain", "events", "claim", "lanes", "lanes-drain", "peers", "paired", "paired-ten", "coldstart", "metrics",
+    p.add_argument("--only", choices=["drain", "events", "claim", "lanes", "lanes-drain", "peers", "paired", "paired-ten", "floor", "coldstart", "metrics",
                                        "invocations"],
                    help="run one part only")
     p.add_argument("--n", type=int, default=20_000, help="jobs per drain (default 20000)")
@@ -156,6 +158,11 @@ async def main(args) -> dict:
             out["paired_ten"] = await _guard(paired_ten.run(server, peers_dir=args.peers_dir,
                                                             rounds=max(args.repeats, 5), n=args.n,
                                                             cap=args.drain_cap * 3, log=_log), server.meter)
+        if args.only == "floor":  # a diagnostic of issue 12's half-the-bare-loop target, on demand
+            _log(f"\n[4d] from the bare loop to the pipeline, step by step, ten connections, batch 25, "
+                 f"{args.n:,} jobs, medians of the rounds")
+            out["floor"] = await _guard(floor.run(server, rounds=max(args.repeats, 5), n=args.n,
+                                                  cap=args.drain_cap * 3, log=_log), server.meter)
         if args.peers or args.only == "peers":
             _log("\n[4] peers on the same server: pgqueuer 1.6.0, the bare SKIP LOCKED loop")
             out["peers"] = await _guard(peers.run(
@@ -298,6 +305,7 @@ def _table(out: dict) -> str:
                       f"{'ok' if ov['ok'] else 'B starved (its run would stop with no_work)'}"]
     lines += paired.table(out)
     lines += paired_ten.table(out)
+    lines += ([""] + floor.table(out["floor"])) if "floor" in out else []
     lines += invocations.table(out)
     c = out.get("claim", {})
     if c.get("results"):
