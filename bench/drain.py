@@ -50,6 +50,19 @@ def _lanes(shape: str, campaign_ids: list[uuid.UUID]) -> list[uuid.UUID | None]:
     return [*campaign_ids, None]  # the campaigns (mixed plans) and the ownerless lane
 
 
+async def mixed_rounds_setup(server, name: str, workers: int):
+    """A fresh database for parts that drain the mixed shape round after round: its DSN,
+    a pool with room for each run's held connection and heartbeat, the runs' settings
+    (a budget no drain reaches) and the mixed lanes."""
+    dsn = await server.fresh_database(name)
+    pool = await create_pool(dsn, size=2 * workers)
+    settings = load_settings(database_url=dsn, pipeline_budget_seconds=240,
+                             platform_limit_seconds=300, finish_margin_seconds=10)
+    async with pool.acquire() as conn:
+        lanes = _lanes("mixed", await fixtures.campaigns(conn, 100))
+    return dsn, pool, settings, lanes
+
+
 async def _reset(pool) -> None:
     tables = ["jobs", "job_lanes", "job_lane_hours", "runs"]
     # so every run does the start-of-period maintenance a cron tick would

@@ -37,11 +37,10 @@ import time
 import asyncpg
 
 from app.engine import jobs as q
-from app.engine.db import connect, create_pool
+from app.engine.db import connect
 from app.engine.jobs import NewJob
-from app.settings import load_settings
 
-from bench import drain, fixtures
+from bench import drain
 from bench.noop_stage import TYPE
 
 WORKERS = 10
@@ -163,17 +162,12 @@ async def _step(step: str, pool, dsn: str, settings, lanes, n: int, meter) -> di
 
 async def run(server, *, rounds: int, n: int, cap: float, log=print) -> dict:
     name = "skiplock_bench_floor"
-    dsn = await server.fresh_database(name)
-    pool = await create_pool(dsn, size=2 * WORKERS)
-    settings = load_settings(database_url=dsn, pipeline_budget_seconds=240,
-                             platform_limit_seconds=300, finish_margin_seconds=10)
+    dsn, pool, settings, lanes = await drain.mixed_rounds_setup(server, name, WORKERS)
     out: dict = {"n": n, "workers": WORKERS, "batch": BATCH, "shape": "mixed", "rounds": []}
     started = time.monotonic()
     try:
         await pool.execute(BARE_DDL)
         await pool.execute(WIDE_DDL)
-        async with pool.acquire() as conn:
-            lanes = drain._lanes("mixed", await fixtures.campaigns(conn, 100))
         for i in range(-1, rounds):
             if time.monotonic() - started > cap - 60:
                 log(f"  floor: time cap ({cap:.0f} s) reached after {max(i, 0)} rounds")

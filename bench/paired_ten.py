@@ -18,10 +18,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from app.engine.db import create_pool
-from app.settings import load_settings
 
-from bench import drain, fixtures, peers
+from bench import drain, peers
 from bench.invocations import TARGET_OVER_PGQUEUER
 
 TARGET_OVER_BARE = 0.5
@@ -32,15 +30,10 @@ PARTS = ("skiplock", "pgqueuer", "bare")
 
 async def run(server, *, peers_dir, rounds: int, n: int, cap: float, log=print) -> dict:
     name = "skiplock_bench_paired_ten"
-    dsn = await server.fresh_database(name)
-    pool = await create_pool(dsn, size=2 * WORKERS)
-    settings = load_settings(database_url=dsn, pipeline_budget_seconds=240,
-                             platform_limit_seconds=300, finish_margin_seconds=10)
+    _, pool, settings, lanes = await drain.mixed_rounds_setup(server, name, WORKERS)
     out: dict = {"n": n, "workers": WORKERS, "batch": BATCH, "shape": "mixed", "rounds": []}
     started = time.monotonic()
     try:
-        async with pool.acquire() as conn:
-            lanes = drain._lanes("mixed", await fixtures.campaigns(conn, 100))
         for i in range(-1, rounds):
             left = cap - (time.monotonic() - started)
             if left <= 60:
