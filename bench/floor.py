@@ -22,11 +22,10 @@ Jobs are dealt over the mixed lanes (100 campaigns and the ownerless lane), but 
 `one lane`. The steps from `wide` to `counted` claim in (lane, created_at) order, which
 the claim index serves, so each claim takes its 25 jobs from one lane and counts one lane
 row, as `one lane` does; the fair claim of `pipeline` deals 25 over up to 25 lanes and
-counts each of them. A round
-drains each step once, a different one first each round; figures are medians over the
-rounds (a first warm-up round is not counted), jobs/s and CPU time per job (this
-process and the server's backends, bench/machine.py), so a neighbour's share of the box
-shows as wall time, not as cost."""
+counts each of them. A round drains each step once, a different one first each round;
+figures are medians over the rounds (a first warm-up round is not counted), jobs/s and
+CPU time per job (this process and the server's backends, bench/machine.py), so a
+neighbour's share of the box shows as wall time, not as cost."""
 
 from __future__ import annotations
 
