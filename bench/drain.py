@@ -143,8 +143,7 @@ async def _one(pool, settings, lanes, n: int, workers: int, batch: int, cap: flo
         "jobs_s": n / wall, "wall_s": wall, "cpu_share": cpu,
         # CPU time per job, this client's and the server's: steadier than jobs/s on a
         # shared box, since a neighbour takes wall time but not (much) CPU time from us
-        "cpu_us_per_job": ({"client": round(cpu["client_s"] / n * 1e6),
-                            "server": round(cpu["server_s"] / n * 1e6)} if cpu else None),
+        "cpu_us_per_job": cpu_per_job(cpu, n),
         "enqueue_s": enqueue_s,
         "enqueue_jobs_s": n / enqueue_s, "done": row["done"],
         "attempts_ne_1": row["attempts_ne_1"], "runs_jobs_done": runs_done,
@@ -156,7 +155,22 @@ async def _one(pool, settings, lanes, n: int, workers: int, batch: int, cap: flo
     }
 
 
-def _cpu_median(rs: list[dict]) -> dict | None:
+def cpu_per_job(cpu: dict | None, n: int) -> dict | None:
+    """CPU time per job of a drain of n, this client's and the server's (µs), from the
+    meter's share; None where the meter cannot see the server."""
+    if not cpu:
+        return None
+    return {"client": round(cpu["client_s"] / n * 1e6), "server": round(cpu["server_s"] / n * 1e6)}
+
+
+def in_turn(parts: tuple, i: int) -> tuple:
+    """Round i's order: a different part first each round (the warm-up, i < 0, as round 0)."""
+    k = max(i, 0) % len(parts)
+    return parts[k:] + parts[:k]
+
+
+def cpu_median(rs: list[dict]) -> dict | None:
+    """The medians of the runs' CPU per job (cpu_per_job), client and server apart."""
     per = [r["cpu_us_per_job"] for r in rs if r.get("cpu_us_per_job")]
     if not per:
         return None
@@ -240,7 +254,7 @@ async def run(server, *, n: int, workers: int, batches: list[int], shapes: list[
                 "enqueue_jobs_s_median": statistics.median(r["enqueue_jobs_s"] for r in rs),
                 "enqueue_jobs_s_all": [round(r["enqueue_jobs_s"]) for r in rs],
                 "all_ok": all(r["ok"] for r in rs),
-                "cpu_us_per_job_median": _cpu_median(rs),
+                "cpu_us_per_job_median": cpu_median(rs),
                 "waits_median": _sampled_median(rs),
                 "others_cpu_share_all": [r["cpu_share"]["others"] if r["cpu_share"] else None for r in rs],
                 "runs": rs,
@@ -419,7 +433,7 @@ async def run_lanes(server, *, n: int, workers: int, batch: int, campaigns: int,
                 out["results"][shape] = {
                     "lanes": len(shapes[shape]), "jobs_s_median": statistics.median(r["jobs_s"] for r in rs),
                     "jobs_s_all": [round(r["jobs_s"]) for r in rs], "all_ok": all(r["ok"] for r in rs),
-                    "cpu_us_per_job_median": _cpu_median(rs), "runs": rs}
+                    "cpu_us_per_job_median": cpu_median(rs), "runs": rs}
     finally:
         await pool.close()
         await server.drop_database(name)

@@ -152,11 +152,10 @@ async def _step(step: str, pool, dsn: str, settings, lanes, n: int, meter) -> di
     finally:
         for c in conns:
             await c.close()
-        await pool.execute("ALTER TABLE jobs ENABLE TRIGGER USER")
+        if step == "jobs":
+            await pool.execute("ALTER TABLE jobs ENABLE TRIGGER USER")
     done = await pool.fetchval(count_done)
-    return {"jobs_s": n / wall, "ok": done == n,
-            "cpu_us_per_job": ({"client": round(cpu["client_s"] / n * 1e6),
-                                "server": round(cpu["server_s"] / n * 1e6)} if cpu else None)}
+    return {"jobs_s": n / wall, "ok": done == n, "cpu_us_per_job": drain.cpu_per_job(cpu, n)}
 
 
 async def run(server, *, rounds: int, n: int, cap: float, log=print) -> dict:
@@ -171,9 +170,8 @@ async def run(server, *, rounds: int, n: int, cap: float, log=print) -> dict:
             if time.monotonic() - started > cap - 60:
                 log(f"  floor: time cap ({cap:.0f} s) reached after {max(i, 0)} rounds")
                 break
-            start = max(i, 0) % len(STEPS)
             got = {}
-            for step in STEPS[start:] + STEPS[:start]:
+            for step in drain.in_turn(STEPS, i):
                 got[step] = await _step(step, pool, dsn, settings, lanes, n, server.meter)
                 if not got[step]["ok"]:
                     return {"error": f"the {step} drain failed its checks: {got[step].get('failed_checks', 'jobs left undone')}"}
@@ -190,12 +188,10 @@ async def run(server, *, rounds: int, n: int, cap: float, log=print) -> dict:
         out["steps"] = {}
         for s in STEPS:
             rs = [r[s] for r in out["rounds"]]
-            cpu = [r["cpu_us_per_job"] for r in rs if r["cpu_us_per_job"]]
             out["steps"][s] = {
                 "jobs_s_median": statistics.median(r["jobs_s"] for r in rs),
                 "over_bare_median": statistics.median(r[s]["jobs_s"] / r["bare"]["jobs_s"] for r in out["rounds"]),
-                "cpu_us_per_job_median": ({k: statistics.median(c[k] for c in cpu) for k in ("client", "server")}
-                                          if cpu else None)}
+                "cpu_us_per_job_median": drain.cpu_median(rs)}
         for line in table(out):
             log(line)
     out["seconds"] = round(time.monotonic() - started, 1)

@@ -40,8 +40,7 @@ async def run(server, *, peers_dir, rounds: int, n: int, cap: float, log=print) 
                 log(f"  paired-ten: time cap ({cap:.0f} s) reached after {max(i, 0)} rounds")
                 break
             got: dict = {}
-            start = max(i, 0) % len(PARTS)
-            for part in PARTS[start:] + PARTS[:start]:
+            for part in drain.in_turn(PARTS, i):
                 if part == "skiplock":
                     r = await drain._one(pool, settings, lanes, n, WORKERS, BATCH, min(left, 240), "loop",
                                          server.meter)
