@@ -19,6 +19,7 @@ is harmless (the project's `.data/`, or a temporary folder).
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import pwd
 import re
@@ -95,6 +96,25 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def system_user(name: str = SYSTEM_USER) -> pwd.struct_passwd:
+    """The server's system user (root only), made on first use, under a machine-wide lock:
+    two useradds at once (the test workers' first start on a new machine) can leave the
+    user with another uid than the one the first had handed out, and files chowned to that
+    uid unreadable by the server."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        pass
+    with open(Path(tempfile.gettempdir()) / "skiplock-useradd.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            subprocess.run(["useradd", "--system", "--no-create-home", name],
+                           check=True, capture_output=True)
+            return pwd.getpwnam(name)
+
+
 @dataclass
 class LocalPostgres:
     data_dir: Path
@@ -166,12 +186,7 @@ class LocalPostgres:
 
     def _prepare_root(self) -> None:
         """Running as root: make the system user and let it reach the data and binaries."""
-        try:
-            pwd.getpwnam(SYSTEM_USER)
-        except KeyError:
-            subprocess.run(["useradd", "--system", "--no-create-home", SYSTEM_USER],
-                           check=True, capture_output=True)
-        entry = pwd.getpwnam(SYSTEM_USER)
+        entry = system_user()
         for folder in [*self.data_dir.resolve().parents, *_bin_dir().parents]:
             mode = folder.stat().st_mode
             if mode & 0o011 != 0o011:
@@ -219,15 +234,18 @@ class LocalPostgres:
             pwfile = self.data_dir / ".initdb-password"  # readable by initdb, gone right after
             self._write_private(pwfile, self.password() + "\n", for_server=True)
             try:
-                subprocess.run(
+                made = subprocess.run(
                     [str(bins / "initdb"), "-D", str(self._pgdata), "-U", SUPERUSER,
                      "--auth=scram-sha-256", f"--pwfile={pwfile}",
                      "--encoding=UTF8", "--locale=C.UTF-8", "--no-instructions",
                      *(["--no-sync"] if self.fast else [])],
-                    check=True, capture_output=True, **self._run_as(),
+                    capture_output=True, **self._run_as(),
                 )
             finally:
                 pwfile.unlink(missing_ok=True)
+            if made.returncode != 0:  # bytes: it names the data directory, which need not be UTF-8
+                said = (made.stderr or made.stdout).decode(errors="replace").strip()[-2000:]
+                raise LocalPostgresError(f"initdb could not make {self._pgdata}: {said}")
         port = _free_port()
         options = f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories='' -c max_connections=200"
         if self.fast:
