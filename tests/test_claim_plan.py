@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import datetime, timezone
 
+from app import Stage
+from app.engine import jobs as q
+from app.engine.db import connect, create_pool
+from app.engine.jobs import NewJob
+from app.engine.migrate import migrate
 from app.engine.queries import query
+from app.pipeline.loop import Pipeline
+from app.settings import load_settings
 from bench.explain import explain
 from tests import factories as f
 
@@ -139,3 +147,36 @@ async def test_the_endings_find_the_runs_jobs_by_primary_key_however_many_others
         # the other runs' 360 running jobs are not read and dropped
         assert sum(n.get("Rows Removed by Filter", 0) for n in on_jobs) == 0, cte
     assert plan["Plans"][0]["Actual Rows"] == 35  # 35 done
+
+
+async def test_a_run_gathers_the_statistics_a_database_just_loaded_lacks(new_database):
+    """A new database's first load, claimed before autovacuum's first ANALYZE: without
+    statistics the generic plan probed each lane through jobs_open_dedupe_uq and sorted the
+    lane's open jobs (every claim growing with the backlog). The run analyzes jobs first."""
+    url = await new_database()
+    db = await connect(url)
+    try:
+        await migrate(db, [])
+        await db.execute("ALTER TABLE jobs SET (autovacuum_enabled = off)")  # the run, not autovacuum
+        lanes = [uuid.uuid4() for _ in range(100)]
+        await q.enqueue_many(db, [NewJob(type="t", lane=lanes[i % 100]) for i in range(20_000)])
+    finally:
+        await db.close()
+    pool = await create_pool(url)
+    try:
+        assert await pool.fetchval(query("jobs_statistics_missing")) is True
+
+        async def untouched(job, ctx):
+            raise AssertionError("no job of this type was queued")
+        settings = load_settings(database_url="postgresql://unused")
+        result = await Pipeline(pool, [Stage(type="other", handler=untouched)], settings).run("manual")
+        assert result.stop_reason == "no_work"
+        assert await pool.fetchval(query("jobs_statistics_missing")) is False
+        assert await q.gather_statistics_if_missing(pool) is False  # once, not every run
+
+        plan = await explain_claim(pool, await f.run(pool), "force_generic_plan")
+        used = {n.get("Index Name") for n in walk(plan) if n.get("Relation Name") == "jobs"}
+        assert "jobs_claim_idx" in used and "jobs_open_dedupe_uq" not in used, used
+        assert plan["Actual Rows"] == 25
+    finally:
+        await pool.close()

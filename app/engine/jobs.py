@@ -156,3 +156,11 @@ async def fail_stuck(db, lease: Lease, job_id: uuid.UUID) -> Job | None:
 
 async def expire_served(db) -> None:
     await db.execute(query("expire_served"))
+
+
+async def gather_statistics_if_missing(db) -> bool:
+    """ANALYZE jobs if it has rows and no statistics yet; True if it did."""
+    if not await db.fetchval(query("jobs_statistics_missing")):
+        return False
+    await db.execute(query("jobs_analyze"))
+    return True

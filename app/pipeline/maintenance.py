@@ -162,6 +162,9 @@ def maintenance_stage(stages: list[Stage]) -> Stage:
 async def start_of_run(pool, stages: list[Stage], ctx: Context) -> None:
     # A run row whose heartbeat stopped belongs to a killed invocation.
     await close_abandoned_runs(pool)
+    # Before the first claims of a database just loaded or restored: their plan needs them.
+    if await q.gather_statistics_if_missing(pool):
+        log.info("jobs had no statistics yet: analyzed it before claiming")
     await reconcile_batches(pool, stages, ctx)
     if ctx.settings.run_scheduler:
         await schedule_due(pool)
