@@ -56,7 +56,8 @@ class Settings(BaseSettings):
 
     # Maintenance, notifications and the long-running worker.
     run_scheduler: bool = Field(
-        True, description="this deployment enqueues the recurring maintenance ticks (safe on several at once)")
+        True, description="this deployment enqueues the recurring maintenance ticks and the periodic "
+        "stages' jobs (safe on several at once)")
     job_retention_hours: float = Field(168.0, gt=0, description="finished jobs older than this are pruned")
     audit_retention_days: int = Field(
         365, ge=0, le=36_500,

@@ -146,6 +146,16 @@ async def schedule_due(pool) -> list[str]:
     return [r["task"] for r in rows]
 
 
+async def schedule_periodic(pool, stages: list[Stage]) -> list[str]:
+    """Enqueue a job of each periodic stage (Stage.every) whose current period has not
+    been ticked yet; the types enqueued."""
+    periodic = [s for s in stages if s.every is not None]
+    if not periodic:
+        return []
+    rows = await pool.fetch(query("periodic_tick"), [s.type for s in periodic], [s.every for s in periodic])
+    return [r["type"] for r in rows]
+
+
 def maintenance_stage(stages: list[Stage]) -> Stage:
     """The stage that carries out recurring tasks, over the pipeline's own stage list."""
 
@@ -168,3 +178,6 @@ async def start_of_run(pool, stages: list[Stage], ctx: Context) -> None:
     await reconcile_batches(pool, stages, ctx)
     if ctx.settings.run_scheduler:
         await schedule_due(pool)
+        scheduled = await schedule_periodic(pool, stages)
+        if scheduled:
+            ctx.count("periodic_enqueued", len(scheduled))

@@ -73,6 +73,11 @@ class Stage:
                     "not yours". For ids a job must name of its own lane: each other one
                     would be claimed only to fail, and a flood of distinct ones in an early
                     stage holds every lane's later stages back.
+    every:          seconds (or a timedelta): a periodic stage. The first run that starts
+                    in each period (periods start on multiples of `every` since the Unix
+                    epoch, UTC) enqueues one job of it, payload {"period": its start}, in
+                    the ownerless lane; at most one is open at a time, and periods no run
+                    started in are not caught up.
     """
     type: str
     handler: JobHandler | None = None
@@ -88,6 +93,7 @@ class Stage:
     payload: type[BaseModel] | None = None
     dedupe: DedupeKey | None = None
     accepts: Accepts | None = None
+    every: float | timedelta | None = None
 
     def __post_init__(self) -> None:
         if not self.type or not isinstance(self.type, str):
@@ -103,6 +109,10 @@ class Stage:
         object.__setattr__(self, "timeout", _seconds(self.timeout))
         if self.timeout <= 0 or self.timeout >= self.lease:
             raise ValueError(f"stage {self.type!r}: timeout must be positive and shorter than the lease")
+        if self.every is not None:
+            object.__setattr__(self, "every", _seconds(self.every))
+            if not self.every >= 1:  # NaN too
+                raise ValueError(f"stage {self.type!r}: every must be at least one second")
 
     @property
     def lease_terms(self) -> Lease:
