@@ -1,6 +1,6 @@
 """`skiplock ...` (the same as `python -m app ...`): a thin adapter over the engine and
 the pipeline. The commands: migrate, enqueue, run-once, worker, jobs, runs, batch,
-status, user, key, and the plug-ins' own.
+lanes, status, user, key, and the plug-ins' own.
 
 Bad input or a broken setup prints one line on stderr and exits 2; a command that could
 not be done (no such job, say, or no database) exits 1; never a traceback. When stdout's
@@ -24,7 +24,7 @@ from typing import Iterator
 
 import asyncpg
 
-from app import cli_accounts, cli_jobs, cli_status
+from app import cli_accounts, cli_jobs, cli_lanes, cli_status
 from app.cli_context import BAD_INPUT, FAILURE, Cli
 from app.cli_output import OutputClosed, answer, printable
 from app.devdb import DataDirUnusable, LocalPostgresError
@@ -81,6 +81,7 @@ def _parser(plugins: list[Plugin]) -> argparse.ArgumentParser:
     sub.add_parser("worker", help="run the pipeline continuously (for a container); SIGTERM stops it")
     cli_status.add_parser(sub)
     cli_jobs.add_parsers(sub)
+    cli_lanes.add_parsers(sub)
     cli_accounts.add_parsers(sub)
     for plugin in plugins:  # the plug-ins' own commands
         if plugin.commands is not None:

@@ -23,6 +23,7 @@ from app.api.deps import pool_of
 from app.api.errors import ApiError
 from app.api.params import only_params
 from app.engine import events as store
+from app.engine import lanes as lanes_engine
 from app.engine import runs as run_log
 from app.engine.queries import query
 from app.json_values import iso
@@ -99,7 +100,7 @@ async def stats(request: Request) -> JSONResponse:
     lanes = [{"lane": str(r["lane"]), "pending": r["pending"], "running": r["running"],
               "priority": r["priority"], "paused": r["paused"],
               "owner": str(r["owner_id"]) if r["owner_id"] else None}
-             for r in await db.fetch(query("dashboard_lanes"), LANES_SHOWN, own_lanes)]
+             for r in await lanes_engine.busiest_lanes(db, LANES_SHOWN, own_lanes)]
     runs = [run_json(r) for r in await run_log.list_runs(db, stop_reason=None, trigger=None, after=None,
                                                           limit=RUNS_SHOWN)]
     chart = [{"run": str(r["id"]), "startedAt": iso(r["started_at"]), "done": r["jobs_done"],

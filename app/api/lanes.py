@@ -19,13 +19,13 @@ from app.api.errors import ApiError
 from app.api.pagination import ListQuery
 from app.api.params import only_params
 from app.engine import lanes as engine
+from app.engine.lanes import PRIORITY_LIMIT
 
 router = APIRouter(tags=["lanes"])
 
 LANE_LIST = ListQuery("lanes")
 # Lanes are paged by id alone; the cursor's time is a constant.
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-PRIORITY_LIMIT = 1_000_000
 
 
 def _whole(value: Any) -> Any:

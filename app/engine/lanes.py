@@ -11,6 +11,8 @@ import asyncpg
 
 from app.engine.queries import query
 
+PRIORITY_LIMIT = 1_000_000  # a hand-set priority lies within ± this
+
 
 async def list_lanes(db, after: uuid.UUID | None, limit: int) -> list[asyncpg.Record]:
     """By id, strictly after the lane `after` when given."""
@@ -20,3 +22,10 @@ async def list_lanes(db, after: uuid.UUID | None, limit: int) -> list[asyncpg.Re
 async def rank_lane(db, lane: uuid.UUID, priority: int | None, paused: bool | None) -> asyncpg.Record | None:
     """The lane, now ranked (None leaves that part as it was); None when there is no such lane."""
     return await db.fetchrow(query("lane_rank"), lane, priority, paused)
+
+
+async def busiest_lanes(db, limit: int, own_only: bool) -> list[asyncpg.Record]:
+    """The `limit` lanes with the most open work (pending + running), with their ranking.
+    own_only: a tenant's, read lane by lane from its own lanes (an admin reads every
+    open job once)."""
+    return await db.fetch(query("dashboard_lanes"), limit, own_only)

@@ -1,0 +1,88 @@
+"""`skiplock lanes …`: the lanes as an operator sees and ranks them, over the engine
+functions behind the dashboard's busiest lanes and PATCH /lanes/{id} (app.engine.lanes),
+in a transaction audited as `system`/`cli`.
+
+`ls` shows the lanes with the most open work first: what an operator looks for when one
+tenant's work crowds the queue, before pausing its lane or lowering its priority. A
+plug-in that ranks lanes from its own data (the example, from plans and campaign status)
+keeps an operator's pause; a priority set by hand lasts until the plug-in ranks the lane
+again."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from app.cli_jobs import _json_arg, _uuid, acting_as_cli
+from app.cli_output import render, table
+from app.engine import lanes
+from app.whole_numbers import whole_number
+
+DEFAULT_SHOWN = 20
+MAX_SHOWN = 1000
+
+LANE_COLUMNS = [("LANE", "lane"), ("PENDING", "pending"), ("RUNNING", "running"), ("PRIORITY", "priority"),
+                ("PAUSED", "pausedMark"), ("OWNER", "ownerId")]
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("lanes", help="the busiest lanes; pause, resume or rank one (as PATCH /lanes/{id})")
+    lsub = p.add_subparsers(dest="lanes_command", required=True)
+    ls = lsub.add_parser("ls", help="the lanes with the most open work (pending + running), busiest first")
+    ls.add_argument("--limit", type=_shown, default=DEFAULT_SHOWN,
+                    help=f"how many lanes (1-{MAX_SHOWN}, default {DEFAULT_SHOWN})")
+    _json_arg(ls)
+    ls.set_defaults(run=lanes_ls)
+    for name, paused, help_ in (("pause", True, "claim nothing of this lane until it is resumed"),
+                                ("resume", False, "claim this lane's work again (lifts an operator's pause)")):
+        cmd = lsub.add_parser(name, help=help_)
+        cmd.add_argument("lane", type=_uuid("lane id"))
+        _json_arg(cmd)
+        cmd.set_defaults(run=lane_rank, priority=None, paused=paused)
+    prio = lsub.add_parser("priority", help="set a lane's priority (higher is claimed first)")
+    prio.add_argument("lane", type=_uuid("lane id"))
+    prio.add_argument("priority", type=_priority)
+    _json_arg(prio)
+    prio.set_defaults(run=lane_rank, paused=None)
+
+
+def _shown(text: str) -> int:
+    n = whole_number(text)
+    if n is None or not 1 <= n <= MAX_SHOWN:
+        raise argparse.ArgumentTypeError(f"--limit must be a whole number from 1 to {MAX_SHOWN}")
+    return n
+
+
+def _priority(text: str) -> int:
+    sign, digits = (-1, text[1:]) if text.startswith("-") else (1, text)
+    n = whole_number(digits)
+    if n is None or n > lanes.PRIORITY_LIMIT:
+        raise argparse.ArgumentTypeError(
+            f"priority {text!r} must be a whole number from {-lanes.PRIORITY_LIMIT} to {lanes.PRIORITY_LIMIT}")
+    return sign * n
+
+
+def _lane_json(r) -> dict[str, Any]:
+    return {"id": str(r["id"]), "ownerId": str(r["owner_id"]) if r["owner_id"] else None,
+            "priority": r["priority"], "paused": r["paused"]}
+
+
+async def lanes_ls(args, cli) -> str:
+    async with acting_as_cli(cli.dsn) as db:
+        rows = await lanes.busiest_lanes(db, args.limit, False)
+    data = [{"lane": str(r["lane"]), "pending": r["pending"], "running": r["running"],
+             "priority": r["priority"], "paused": r["paused"],
+             "ownerId": str(r["owner_id"]) if r["owner_id"] else None} for r in rows]
+    return render({"data": data}, args.json, lambda page: table(
+        [{**r, "pausedMark": "paused" if r["paused"] else "", "ownerId": r["ownerId"] or "-"} for r in page["data"]],
+        LANE_COLUMNS, empty="(no lane has work waiting or running)"))
+
+
+async def lane_rank(args, cli) -> str:
+    async with acting_as_cli(cli.dsn) as db:
+        row = await lanes.rank_lane(db, args.lane, args.priority, args.paused)
+    if row is None:
+        raise cli.failure(f"no lane {args.lane}")
+    lane = _lane_json(row)
+    return render(lane, args.json, lambda l: f"lane {l['id']}: priority {l['priority']}"
+                  + (", paused" if l["paused"] else ", not paused"))
