@@ -13,13 +13,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from app.cli_jobs import _json_arg, _uuid, acting_as_cli
+from app.cli_jobs import DEFAULT_LIMIT, MAX_LIMIT, _json_arg, _limit, _uuid, acting_as_cli
 from app.cli_output import render, table
 from app.engine import lanes
 from app.whole_numbers import whole_number
-
-DEFAULT_SHOWN = 20
-MAX_SHOWN = 1000
 
 LANE_COLUMNS = [("LANE", "lane"), ("PENDING", "pending"), ("RUNNING", "running"), ("PRIORITY", "priority"),
                 ("PAUSED", "pausedMark"), ("OWNER", "ownerId")]
@@ -29,8 +26,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("lanes", help="the busiest lanes; pause, resume or rank one (as PATCH /lanes/{id})")
     lsub = p.add_subparsers(dest="lanes_command", required=True)
     ls = lsub.add_parser("ls", help="the lanes with the most open work (pending + running), busiest first")
-    ls.add_argument("--limit", type=_shown, default=DEFAULT_SHOWN,
-                    help=f"how many lanes (1-{MAX_SHOWN}, default {DEFAULT_SHOWN})")
+    ls.add_argument("--limit", type=_limit, default=DEFAULT_LIMIT,
+                    help=f"how many lanes (1-{MAX_LIMIT}, default {DEFAULT_LIMIT})")
     _json_arg(ls)
     ls.set_defaults(run=lanes_ls)
     for name, paused, help_ in (("pause", True, "claim nothing of this lane until it is resumed"),
@@ -44,13 +41,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     prio.add_argument("priority", type=_priority)
     _json_arg(prio)
     prio.set_defaults(run=lane_rank, paused=None)
-
-
-def _shown(text: str) -> int:
-    n = whole_number(text)
-    if n is None or not 1 <= n <= MAX_SHOWN:
-        raise argparse.ArgumentTypeError(f"--limit must be a whole number from 1 to {MAX_SHOWN}")
-    return n
 
 
 def _priority(text: str) -> int:
