@@ -48,7 +48,7 @@ def status_text(s: dict[str, Any]) -> str:
                     ("OLDEST READY", "wait"), ("DONE 24H", "doneLastDay"), ("FAILED 24H", "failedLastDay")],
                    empty="(no jobs waiting or running, no runs in the last day)")
     m = s["maintenance"]
-    tick = "never (none kept)" if m["lastTickSecondsAgo"] is None else f"{span(m['lastTickSecondsAgo'])} ago"
+    tick = "never" if m["lastTickSecondsAgo"] is None else f"{span(m['lastTickSecondsAgo'])} ago"
     facts = [("maintenance", f"last enqueued {tick}; RUN_SCHEDULER {'on' if m['scheduledHere'] else 'off'} here")]
     facts += [(f"{g['plugin']} {g['name']}", g["value"]) for g in s["plugins"]]
     return "\n\n".join([stages, fields(facts),

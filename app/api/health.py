@@ -70,7 +70,7 @@ async def maintenance_state(pool, scheduled_here: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"state": state, "lastTickSecondsAgo": None if age is None else round(age),
                            "scheduledHere": scheduled_here}
     if state == "overdue":
-        since = "in the last two days" if age is None else f"for {age / 60:.0f} minutes"
+        since = "yet" if age is None else f"for {age / 60:.0f} minutes"
         out["message"] = (f"no deployment has enqueued the recurring maintenance {since}: stuck jobs are not "
                           "given up and served counts do not expire. "
                           + ("Runs have stopped starting here: check the schedule or the worker."

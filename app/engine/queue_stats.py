@@ -61,5 +61,5 @@ async def endings_by_type(db, within_seconds: float | None = None) -> list[dict]
 
 async def last_maintenance_tick(db) -> float | None:
     """Seconds since any deployment last enqueued the recurring maintenance; None when
-    no tick is kept (none for two days, or never)."""
+    none ever did (each task's newest tick is kept)."""
     return await db.fetchval(query("status_maintenance"))

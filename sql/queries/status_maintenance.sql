@@ -1,3 +1,3 @@
--- When some deployment last enqueued the recurring maintenance (any task's tick; ticks
--- older than two days are pruned): NULL when none is kept.
+-- When some deployment last enqueued the recurring maintenance (any task's tick; each
+-- task's newest is kept however old): NULL when none ever did.
 SELECT extract(epoch FROM now() - max(created_at))::float8 AS seconds_ago FROM recurring_ticks
