@@ -110,7 +110,7 @@ async def test_stages_without_every_are_not_scheduled(pool):
     assert await pool.fetchval("SELECT count(*) FROM recurring_ticks") == 0
 
 
-@pytest.mark.parametrize("every", [0, -5, 0.5, float("nan"), timedelta(0)])
+@pytest.mark.parametrize("every", [0, -5, 0.5, float("nan"), float("inf"), timedelta(0)])
 def test_every_must_be_at_least_a_second(every):
     async def h(job, ctx):
         pass

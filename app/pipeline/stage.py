@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -111,8 +112,8 @@ class Stage:
             raise ValueError(f"stage {self.type!r}: timeout must be positive and shorter than the lease")
         if self.every is not None:
             object.__setattr__(self, "every", _seconds(self.every))
-            if not self.every >= 1:  # NaN too
-                raise ValueError(f"stage {self.type!r}: every must be at least one second")
+            if not (1 <= self.every < math.inf):  # NaN too
+                raise ValueError(f"stage {self.type!r}: every must be at least one second, and finite")
 
     @property
     def lease_terms(self) -> Lease:
