@@ -1,7 +1,7 @@
 """`skiplock status`: the queue on one screen. Depth per stage (pending, paused, running,
 the oldest ready job's wait), what the last day's runs ended per stage, the last runs,
-whether the recurring maintenance runs somewhere, and the plug-ins' gauges (the
-example's quota left). The same cheap reads as /metrics."""
+whether the recurring maintenance runs somewhere, when each periodic stage was last
+enqueued, and the plug-ins' gauges (the example's quota left). The same cheap reads as /metrics."""
 
 from __future__ import annotations
 
@@ -35,10 +35,14 @@ async def read_status(db, cli) -> dict[str, Any]:
                        "doneLastDay": r.get("done", 0), "failedLastDay": r.get("failed", 0)})
     runs = await run_log.list_runs(db, stop_reason=None, trigger=None, after=None, limit=LAST_RUNS)
     tick = await queue_stats.last_maintenance_tick(db)
+    periodic = [s for s in cli.stages if s.every is not None]
+    ticks = await queue_stats.last_periodic_ticks(db, [s.type for s in periodic]) if periodic else {}
     gauges = [{"plugin": p.name, "name": g.name, "help": g.help, "value": g.value, "labels": dict(g.labels)}
               for p in cli.plugins if p.metrics is not None for g in await p.metrics(db, cli.settings)]
     return {"stages": stages, "lastRuns": [run_json(r) for r in runs],
             "maintenance": {"lastTickSecondsAgo": tick, "scheduledHere": cli.settings.run_scheduler},
+            "periodic": [{"type": s.type, "everySeconds": s.every, "lastEnqueuedSecondsAgo": ticks.get(s.type)}
+                         for s in periodic],
             "plugins": gauges}
 
 
@@ -50,6 +54,9 @@ def status_text(s: dict[str, Any]) -> str:
     m = s["maintenance"]
     tick = "never" if m["lastTickSecondsAgo"] is None else f"{span(m['lastTickSecondsAgo'])} ago"
     facts = [("maintenance", f"last enqueued {tick}; RUN_SCHEDULER {'on' if m['scheduledHere'] else 'off'} here")]
+    facts += [(f"periodic {p['type']}", f"every {span(p['everySeconds'])}, last enqueued "
+               + ("never" if p["lastEnqueuedSecondsAgo"] is None else f"{span(p['lastEnqueuedSecondsAgo'])} ago"))
+              for p in s["periodic"]]
     facts += [(f"{g['plugin']} {g['name']}", g["value"]) for g in s["plugins"]]
     return "\n\n".join([stages, fields(facts),
                         "last runs:\n" + table([_run_line(r) for r in s["lastRuns"]], RUN_COLUMNS)])

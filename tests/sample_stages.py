@@ -9,3 +9,6 @@ async def echo(job: Job, ctx: Context) -> None:
 
 
 STAGES = [Stage(type="echo", handler=echo, batch=25, concurrency=5, lease=60, timeout=10)]
+
+# The same with a periodic stage (PIPELINE_STAGES=tests.sample_stages:WITH_HOURLY)
+WITH_HOURLY = [*STAGES, Stage(type="hourly", handler=echo, every=3600)]

@@ -59,6 +59,11 @@ async def endings_by_type(db, within_seconds: float | None = None) -> list[dict]
     return [dict(r) for r in await db.fetch(query("metrics_jobs_by_type_recent"), float(within_seconds))]
 
 
+async def last_periodic_ticks(db, types: list[str]) -> dict[str, float]:
+    """Seconds since each of these periodic stages was last enqueued (absent: never)."""
+    return {r["type"]: r["seconds_ago"] for r in await db.fetch(query("status_periodic"), types)}
+
+
 async def last_maintenance_tick(db) -> float | None:
     """Seconds since any deployment last enqueued the recurring maintenance; None when
     none ever did (each task's newest tick is kept)."""

@@ -17,7 +17,8 @@ from app.settings import load_settings
 from app.engine import job_admin
 from app.pipeline.loop import Pipeline
 from tests import factories
-from tests.sample_stages import STAGES
+from app.pipeline.maintenance import schedule_periodic
+from tests.sample_stages import STAGES, WITH_HOURLY
 
 SKIPLOCK = str(Path(".venv/bin/skiplock").resolve())
 
@@ -158,3 +159,13 @@ async def test_tenant_strings_reach_the_terminal_escaped(pool, cli):
     assert "dedupeKey:  k\\x1b]0;pwned\\x07\\x1b[2J\\rlevel=ERROR forged\\n\\u202eexe.txt" in shown
     assert not [line for line in shown.splitlines() if line.startswith("level=") or line.startswith("\u202e")]
     assert ok_json(await cli("jobs", "show", str(job), "--json"))["dedupeKey"] == text
+
+
+async def test_status_says_when_each_periodic_stage_was_last_enqueued(dsn, pool, cli, monkeypatch):
+    monkeypatch.setenv("PIPELINE_STAGES", "tests.sample_stages:WITH_HOURLY")
+    before = ok_json(await cli("status", "--json"))["periodic"]
+    assert before == [{"type": "hourly", "everySeconds": 3600.0, "lastEnqueuedSecondsAgo": None}]
+    assert "periodic hourly: every 1h, last enqueued never" in (await cli("status")).stdout.splitlines()
+    await schedule_periodic(pool, WITH_HOURLY)
+    [after] = ok_json(await cli("status", "--json"))["periodic"]
+    assert after["type"] == "hourly" and 0 <= after["lastEnqueuedSecondsAgo"] < 60
