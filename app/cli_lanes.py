@@ -64,7 +64,8 @@ async def lanes_ls(args, cli) -> str:
              "priority": r["priority"], "paused": r["paused"],
              "ownerId": str(r["owner_id"]) if r["owner_id"] else None} for r in rows]
     return render({"data": data}, args.json, lambda page: table(
-        [{**r, "pausedMark": "paused" if r["paused"] else "", "ownerId": r["ownerId"] or "-"} for r in page["data"]],
+        [{**r, "pausedMark": "paused" if r["paused"] else "", "ownerId": r["ownerId"] or "-"}
+         for r in page["data"]],
         LANE_COLUMNS, empty="(no lane has work waiting or running)"))
 
 

@@ -1,7 +1,8 @@
 """`skiplock status`: the queue on one screen. Depth per stage (pending, paused, running,
 the oldest ready job's wait), what the last day's runs ended per stage, the last runs,
 whether the recurring maintenance runs somewhere, when each periodic stage was last
-enqueued, and the plug-ins' gauges (the example's quota left). The same cheap reads as /metrics."""
+enqueued, and the plug-ins' gauges (the example's quota left). The same cheap reads as
+/metrics."""
 
 from __future__ import annotations
 
