@@ -47,7 +47,9 @@ class Settings(BaseSettings):
     platform_limit_seconds: float = Field(300.0, gt=0, description="the host kills the invocation here")
     finish_margin_seconds: float = Field(
         10.0, ge=0, description="kept free before the platform limit for recording the run")
-    db_pool_size: int = Field(10, ge=1, le=200, description="asyncpg connections per process")
+    db_pool_size: int = Field(
+        10, ge=2, le=200, description="asyncpg connections per process (at least 2: a run holds one and "
+        "borrows another; at most half this many runs go at once in one process, the others wait)")
     pipeline_claim_streams: int = Field(
         2, ge=1, le=2,
         description="statements a run keeps in flight while it drains a backlog: 2 writes one batch's endings "

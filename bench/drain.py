@@ -405,7 +405,7 @@ async def run_lanes(server, *, n: int, workers: int, batch: int, campaigns: int,
                     cap: float, log=print) -> dict:
     name = "skiplock_bench_drain_lanes"
     dsn = await server.fresh_database(name)
-    pool = await create_pool(dsn, size=workers)
+    pool = await create_pool(dsn, size=2 * workers)  # a run holds one and borrows one (the connection budget)
     settings = load_settings(database_url=dsn, pipeline_budget_seconds=cap,
                              platform_limit_seconds=cap + 60, finish_margin_seconds=10)
     out: dict = {"n": n, "workers": workers, "batch": batch, "campaigns": campaigns,

@@ -90,6 +90,7 @@ async def test_cli_bad_input_is_one_readable_line(dsn, args, needle):
 @pytest.mark.parametrize("env, needle", [
     ({"PIPELINE_BUDGET_SECONDS": "soon"}, "PIPELINE_BUDGET_SECONDS"),
     ({"PIPELINE_BUDGET_SECONDS": "400"}, "must fit inside PLATFORM_LIMIT_SECONDS"),
+    ({"DB_POOL_SIZE": "1"}, "DB_POOL_SIZE"),  # a run needs two: with one, every run waited for ever
     ({"PIPELINE_STAGES": "nowhere.at.all:STAGES"}, "cannot import 'nowhere.at.all'"),
     ({"PIPELINE_STAGES": "tests.sample_stages:MISSING"}, "has no 'MISSING'"),
     ({"PIPELINE_STAGES": "app.outreach.plans:PLANS"}, "is not a Stage"),

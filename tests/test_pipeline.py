@@ -8,9 +8,11 @@ import pytest
 
 from app import DeferJob, Stage, StopRun
 from app.engine import jobs as q
+from app.engine.db import create_pool
 from app.engine.jobs import NewJob
 from app.pipeline.loop import STAGE_TURN_SECONDS, Pipeline
 from app.pipeline.maintenance import RECURRING
+from app.pipeline.run_slots import PoolTooSmall
 from app.runtime import Runtime, run_limits
 from app.settings import load_settings
 from tests import factories as f
@@ -299,3 +301,40 @@ async def test_overlapping_runs_share_the_work_without_doubling_it(pool):
     assert sorted(done) == sorted(ids)
     assert sum(r.jobs_done for r in results) == 300
     assert all(r.jobs_done > 0 for r in results)
+
+
+async def test_more_overlapping_runs_than_one_pool_can_hold_all_finish(dsn, pool):
+    """Runs in one process share its pool, and a run holds one connection for its loop
+    while its heartbeat, maintenance and runs row borrow another. Eight runs started at
+    once on a pool of four held all four and waited for a fifth, for ever; now at most
+    half the pool's size run at once, and the others wait their turn."""
+    done = []
+
+    async def work(job, ctx):
+        done.append(job.id)
+        await asyncio.sleep(0.005)
+
+    ids = await f.jobs(pool, "t", 200)
+    small = await create_pool(dsn, size=4)
+    try:
+        stages = [Stage(type="t", handler=work, batch=5, concurrency=2)]
+        results = await asyncio.wait_for(
+            asyncio.gather(*(pipeline(small, stages).run("cron") for _ in range(8))), timeout=60)
+    finally:
+        await small.close()
+    assert sorted(done) == sorted(ids)
+    assert sum(r.jobs_done for r in results) == 200 and all(r.stop_reason == "no_work" for r in results)
+    assert await pool.fetchval("SELECT count(*) FROM runs WHERE finished_at IS NULL") == 0
+
+
+async def test_a_pool_of_one_connection_is_refused_at_once(dsn):
+    """With one connection a run held it for its loop and waited for ever for a second."""
+    async def never(job, ctx):
+        raise AssertionError("nothing runs")
+
+    one = await create_pool(dsn, size=1)
+    try:
+        with pytest.raises(PoolTooSmall, match="DB_POOL_SIZE must be at least 2"):
+            await asyncio.wait_for(pipeline(one, [Stage(type="t", handler=never)]).run("cron"), timeout=10)
+    finally:
+        await one.close()

@@ -20,6 +20,7 @@ from app.pipeline.maintenance import maintenance_stage, start_of_run
 from app.pipeline.outcomes import BatchEndings, Settled, error_text, settle
 from app.pipeline.registry import check_stages
 from app.pipeline.run_record import RunRecord
+from app.pipeline.run_slots import run_slot
 from app.pipeline.stage import Context, Stage, Tally
 from app.settings import Settings, get_settings
 
@@ -115,7 +116,14 @@ class Pipeline:
         hard_limit: seconds until the host kills us, minus what recording needs;
         no handler runs past it, nor is anything claimed (default PLATFORM_LIMIT - FINISH_MARGIN).
         idle: for a long-running worker: when no stage has work, await idle(seconds)
-        (woken early by new work) and keep going until the budget is spent."""
+        (woken early by new work) and keep going until the budget is spent.
+
+        Runs on one pool beyond half its size wait for a slot first (run_slots.py)."""
+        async with run_slot(self.pool):
+            return await self._run(trigger, budget, hard_limit, idle)
+
+    async def _run(self, trigger: str, budget: float | None, hard_limit: float | None,
+                   idle: IdleWait | None) -> RunResult:
         s = self.settings
         started = time.monotonic()
         if budget is None:

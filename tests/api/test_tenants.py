@@ -196,7 +196,7 @@ async def test_revoked_and_malformed_keys_are_401(client, pool, two_tenants):
 async def test_a_pooled_connection_carries_nothing_after_a_request(make_client, pool, two_tenants, dsn):
     from serving_kit import make_settings
     a, _ = two_tenants
-    client = await make_client(make_settings(dsn, db_pool_size=1), stages=[Recorder("record").stage],
+    client = await make_client(make_settings(dsn, db_pool_size=2), stages=[Recorder("record").stage],
                                api_key=False)
     assert (await client.get("/jobs", headers=a.headers)).status_code == 200
     assert (await client.post("/jobs", json={"type": "record", "lane": str(a.campaign)},
@@ -205,14 +205,16 @@ async def test_a_pooled_connection_carries_nothing_after_a_request(make_client, 
     nowhere = await client.post("/jobs", json={"type": "record", "lane": str(uuid.uuid4())}, headers=a.headers)
     assert nowhere.status_code == 422 and nowhere.json()["error"]["code"] == "unknown_lane"
     runtime = client._transport.app.state.runtime
-    async with (await runtime.pool()).acquire() as conn:  # the one connection those requests used
-        row = await conn.fetchrow(
-            "SELECT current_user AS role, current_setting('app.current_key_prefix', true) AS key, "
-            "current_setting('app.current_key_digest', true) AS digest, "
-            "current_setting('app.current_actor_kind', true) AS kind, "
-            "current_setting('app.current_actor_id', true) AS actor")
-    assert row["role"] not in ("skiplock_api", "skiplock_admin")
-    assert not row["key"] and not row["digest"] and not row["kind"] and not row["actor"]
+    pool = await runtime.pool()
+    async with pool.acquire() as one, pool.acquire() as other:  # every connection those requests used
+        for conn in (one, other):
+            row = await conn.fetchrow(
+                "SELECT current_user AS role, current_setting('app.current_key_prefix', true) AS key, "
+                "current_setting('app.current_key_digest', true) AS digest, "
+                "current_setting('app.current_actor_kind', true) AS kind, "
+                "current_setting('app.current_actor_id', true) AS actor")
+            assert row["role"] not in ("skiplock_api", "skiplock_admin")
+            assert not row["key"] and not row["digest"] and not row["kind"] and not row["actor"]
 
 
 async def test_audit_records_who_changed_what(client, pool, two_tenants):
