@@ -25,6 +25,7 @@ from app.engine.tenancy import act_as
 from app.pipeline import outcomes
 from app.pipeline.maintenance import MAINTENANCE_TYPE
 from app.pipeline.notifications import NOTIFY_TYPE
+from app.pipeline.stage import JobRefused
 from app.runtime import run_json
 from app.whole_numbers import whole_number
 
@@ -257,6 +258,7 @@ async def jobs_retry(args, cli) -> str:
         return render(out, args.json, lambda o: f"retried {o['retried']} failed job(s)" + "".join(
             f"\n  {t}: {n}" for t, n in sorted(o["byType"].items())))
     async with acting_as_cli(cli.dsn) as db:
+        await _stage_takes_it_again(db, cli, args.id)
         try:
             row = await job_admin.retry_job(db, args.id)
         except job_admin.DedupeKeyTaken:
@@ -266,6 +268,22 @@ async def jobs_retry(args, cli) -> str:
             current = await _job_or_fail(db, args.id, cli)
             raise cli.failure(f"job {args.id} is {current['status']}; only a failed job can be retried")
     return render(row_json(row), args.json, lambda j: f"job {j['id']} is pending again (attempts reset)")
+
+
+async def _stage_takes_it_again(db, cli, job_id: uuid.UUID) -> None:
+    """As the API's retry: a failed job's stage is asked again (Stage.accepts_again), and a
+    refusal is bad input (exit 2), as at an enqueue. `--failed` retries in one statement
+    and asks no stage."""
+    row = await job_admin.get_job(db, job_id)
+    if row is None or row["status"] != "failed":
+        return  # the retry itself answers
+    stage = next((s for s in cli.stages if s.type == row["type"]), None)
+    if stage is None:
+        return
+    try:
+        await stage.accepts_again(db, row["lane"], row["payload"])
+    except JobRefused as exc:
+        raise cli.bad_input(f"the {stage.type!r} stage refuses job {job_id} again: {exc}") from None
 
 
 async def jobs_cancel(args, cli) -> str:

@@ -23,7 +23,7 @@ from app.engine import job_admin
 from app.engine.jobs import DEFAULT_LANE, MAX_DEDUPE_KEY_CHARS, NewJob, enqueue
 from app.json_values import iso
 from app.pipeline import outcomes
-from app.pipeline.stage import DedupeKeyFixed
+from app.pipeline.stage import DedupeKeyFixed, JobRefused
 
 router = APIRouter(tags=["jobs"])
 
@@ -257,19 +257,18 @@ async def _room_to_wait(request: Request, db) -> None:
 
 async def _stage_takes_it_again(request: Request, db, job_id: uuid.UUID) -> None:
     """A retry queues a failed job again, so its stage's `accepts` is asked as at an
-    enqueue (422 job_refused). Jobs queued before a stage refused what they name, or by a
-    producer that does not ask, were retried again and again, each claimed only to fail
-    (and a retry's new finished_at kept them from ever being pruned)."""
+    enqueue (Stage.accepts_again; 422 job_refused). Also, a retry's new finished_at kept
+    such jobs from ever being pruned."""
     row = await job_admin.get_job(db, job_id)
     if row is None or row["status"] != "failed":
         return  # the retry itself answers: 404, 409 job_not_failed
     stage = stage_of(request, row["type"])
-    if stage is None or stage.accepts is None:
+    if stage is None:
         return
-    if not isinstance(row["payload"], dict):  # stored by SQL of someone's own: no hook reads it
-        raise ApiError(422, "job_refused", f"job {job_id}'s payload is not a JSON object; its stage "
-                                           f"{stage.type!r} cannot take it", {"location": "job.payload"})
-    await accepted_job(db, stage, row["lane"], row["payload"], ("job", "payload"))
+    try:
+        await stage.accepts_again(db, row["lane"], row["payload"])
+    except JobRefused as exc:
+        raise ApiError(422, "job_refused", str(exc), {"location": "job.payload", **(exc.details or {})}) from None
 
 
 async def _current(pool, job_id: uuid.UUID):

@@ -65,8 +65,8 @@ class Stage:
                     (a stage early in the order would hold every later stage's claims
                     back while the copies drain). Use the key the stage's own enqueues use.
     accepts:        async (db, lane, payload) where people enqueue (the API, the CLI, a
-                    batch), once the payload fits, and at an API retry of a failed job on
-                    its payload as stored (no model may have checked it: read it with
+                    batch), once the payload fits, and at a retry of one failed job (the
+                    API's, the CLI's) on its payload as stored (no model may have checked it: read it with
                     care): raise JobRefused(message) to refuse the
                     job (a 422 job_refused; the CLI's one line, exit 2). db is the
                     enqueuer's own transaction, an API request's as its tenant, so
@@ -133,6 +133,18 @@ class Stage:
         """Raises JobRefused when the stage's `accepts` refuses a job people enqueue."""
         if self.accepts is not None:
             await self.accepts(db, lane, payload)
+
+    async def accepts_again(self, db: Any, lane: uuid.UUID, payload: Any) -> None:
+        """A failed job people queue again (a retry of one job, over the API or the CLI):
+        `accepts` is asked as at an enqueue, on the payload as stored, which no model may
+        have checked. Jobs queued before a stage refused what they name, or by a producer
+        that does not ask, would otherwise be retried again and again, each claimed only to
+        fail. Raises JobRefused."""
+        if self.accepts is None:
+            return
+        if not isinstance(payload, dict):  # stored by SQL of someone's own: no hook reads it
+            raise JobRefused(f"the job's payload is not a JSON object; its stage {self.type!r} cannot take it")
+        await self.accepts(db, lane, payload)
 
 
 def _when(until: datetime | timedelta | float | None) -> datetime:

@@ -15,6 +15,7 @@ from pathlib import Path
 from app.devdb import LocalPostgres
 from app.settings import load_settings
 from app.engine import job_admin
+from app.engine.jobs import NewJob, enqueue_many
 from app.pipeline.loop import Pipeline
 from tests import factories
 from app.pipeline.maintenance import schedule_periodic
@@ -169,3 +170,18 @@ async def test_status_says_when_each_periodic_stage_was_last_enqueued(dsn, pool,
     await schedule_periodic(pool, WITH_HOURLY)
     [after] = ok_json(await cli("status", "--json"))["periodic"]
     assert after["type"] == "hourly" and 0 <= after["lastEnqueuedSecondsAgo"] < 60
+
+
+async def test_a_retry_asks_the_stage_again_as_the_api_does(pool, cli, monkeypatch):
+    """A failed job queued again is asked of its stage's `accepts`, on its payload as
+    stored: the CLI retried what the API refused."""
+    monkeypatch.setenv("PIPELINE_STAGES", "tests.sample_stages:WITH_PICKY")
+    refused, odd, fine = await enqueue_many(pool, [NewJob(type="picky", payload=p)
+                                                   for p in ({"ok": False}, {}, {"ok": True})])
+    await pool.execute("UPDATE jobs SET payload = '[1, 2]'::jsonb WHERE id = $1", odd)
+    await pool.execute("UPDATE jobs SET status = 'failed', attempts = 3, finished_at = now() WHERE type = 'picky'")
+    one_line(await cli("jobs", "retry", str(refused)), 2,
+             f"the 'picky' stage refuses job {refused} again: this job is not ok")
+    one_line(await cli("jobs", "retry", str(odd)), 2, "payload is not a JSON object")
+    assert ok_json(await cli("jobs", "retry", str(fine), "--json"))["status"] == "pending"
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE status = 'failed'") == 2
