@@ -25,7 +25,7 @@ from app.engine.tenancy import act_as
 from app.pipeline import outcomes
 from app.pipeline.maintenance import MAINTENANCE_TYPE
 from app.pipeline.notifications import NOTIFY_TYPE
-from app.pipeline.stage import JobRefused
+from app.pipeline.payloads import RetryRefused, retry_accepted
 from app.runtime import run_json
 from app.whole_numbers import whole_number
 
@@ -271,19 +271,13 @@ async def jobs_retry(args, cli) -> str:
 
 
 async def _stage_takes_it_again(db, cli, job_id: uuid.UUID) -> None:
-    """As the API's retry: a failed job's stage is asked again (Stage.accepts_again), and a
-    refusal is bad input (exit 2), as at an enqueue. `--failed` retries in one statement
-    and asks no stage."""
-    row = await job_admin.get_job(db, job_id)
-    if row is None or row["status"] != "failed":
-        return  # the retry itself answers
-    stage = next((s for s in cli.stages if s.type == row["type"]), None)
-    if stage is None:
-        return
+    """As the API's retry: the job's stage has its say first (retry_accepted), and a refusal
+    is bad input (exit 2), as at an enqueue. `--failed` retries in one statement and asks
+    no stage."""
     try:
-        await stage.accepts_again(db, row["lane"], row["payload"])
-    except JobRefused as exc:
-        raise cli.bad_input(f"the {stage.type!r} stage refuses job {job_id} again: {exc}") from None
+        await retry_accepted(db, cli.stages, job_id)
+    except RetryRefused as exc:
+        raise cli.bad_input(f"the {exc.stage_type!r} stage refuses job {job_id} again: {exc}") from None
 
 
 async def jobs_cancel(args, cli) -> str:

@@ -11,11 +11,11 @@ again."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from app.cli_jobs import DEFAULT_LIMIT, MAX_LIMIT, _json_arg, _limit, _uuid, acting_as_cli
 from app.cli_output import render, table
 from app.engine import lanes
+from app.json_values import lane_json
 from app.whole_numbers import whole_number
 
 LANE_COLUMNS = [("LANE", "lane"), ("PENDING", "pending"), ("RUNNING", "running"), ("PRIORITY", "priority"),
@@ -52,11 +52,6 @@ def _priority(text: str) -> int:
     return sign * n
 
 
-def _lane_json(r) -> dict[str, Any]:
-    return {"id": str(r["id"]), "ownerId": str(r["owner_id"]) if r["owner_id"] else None,
-            "priority": r["priority"], "paused": r["paused"]}
-
-
 async def lanes_ls(args, cli) -> str:
     async with acting_as_cli(cli.dsn) as db:
         rows = await lanes.busiest_lanes(db, args.limit, False)
@@ -74,6 +69,6 @@ async def lane_rank(args, cli) -> str:
         row = await lanes.rank_lane(db, args.lane, args.priority, args.paused)
     if row is None:
         raise cli.failure(f"no lane {args.lane}")
-    lane = _lane_json(row)
+    lane = lane_json(row)
     return render(lane, args.json, lambda l: f"lane {l['id']}: priority {l['priority']}"
                   + (", paused" if l["paused"] else ", not paused"))

@@ -16,3 +16,9 @@ def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
 def iso(value: datetime | None) -> str | None:
     """A timestamp as ISO 8601 with its offset; an absent one as null."""
     return value.isoformat() if value is not None else None
+
+
+def lane_json(row: Any) -> dict[str, Any]:
+    """A lane as GET /lanes, PATCH /lanes/{id} and `skiplock lanes` show it."""
+    return {"id": str(row["id"]), "ownerId": str(row["owner_id"]) if row["owner_id"] else None,
+            "priority": row["priority"], "paused": row["paused"]}

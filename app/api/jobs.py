@@ -23,7 +23,8 @@ from app.engine import job_admin
 from app.engine.jobs import DEFAULT_LANE, MAX_DEDUPE_KEY_CHARS, NewJob, enqueue
 from app.json_values import iso
 from app.pipeline import outcomes
-from app.pipeline.stage import DedupeKeyFixed, JobRefused
+from app.pipeline.payloads import RetryRefused, retry_accepted
+from app.pipeline.stage import DedupeKeyFixed
 
 router = APIRouter(tags=["jobs"])
 
@@ -256,18 +257,11 @@ async def _room_to_wait(request: Request, db) -> None:
 
 
 async def _stage_takes_it_again(request: Request, db, job_id: uuid.UUID) -> None:
-    """A retry queues a failed job again, so its stage's `accepts` is asked as at an
-    enqueue (Stage.accepts_again; 422 job_refused). Also, a retry's new finished_at kept
-    such jobs from ever being pruned."""
-    row = await job_admin.get_job(db, job_id)
-    if row is None or row["status"] != "failed":
-        return  # the retry itself answers: 404, 409 job_not_failed
-    stage = stage_of(request, row["type"])
-    if stage is None:
-        return
+    """The retry's stage has its say first (retry_accepted; 422 job_refused). Also, a
+    retry's new finished_at kept refused jobs from ever being pruned."""
     try:
-        await stage.accepts_again(db, row["lane"], row["payload"])
-    except JobRefused as exc:
+        await retry_accepted(db, request.app.state.runtime.stages, job_id)
+    except RetryRefused as exc:
         raise ApiError(422, "job_refused", str(exc), {"location": "job.payload", **(exc.details or {})}) from None
 
 

@@ -20,6 +20,7 @@ from app.api.pagination import ListQuery
 from app.api.params import only_params
 from app.engine import lanes as engine
 from app.engine.lanes import PRIORITY_LIMIT
+from app.json_values import lane_json
 
 router = APIRouter(tags=["lanes"])
 
@@ -64,11 +65,6 @@ class LaneRank(BaseModel):
         return self
 
 
-def _json(r) -> dict[str, Any]:
-    return {"id": str(r["id"]), "ownerId": str(r["owner_id"]) if r["owner_id"] else None,
-            "priority": r["priority"], "paused": r["paused"]}
-
-
 @router.get("/lanes", response_model=LanePage, summary="List lanes",
             openapi_extra={"parameters": LANE_LIST.openapi()})
 async def list_lanes(request: Request) -> dict[str, Any]:
@@ -76,7 +72,7 @@ async def list_lanes(request: Request) -> dict[str, Any]:
     page = LANE_LIST.parse(request)
     rows = await engine.list_lanes(await pool_of(request), page.after[1] if page.after else None,
                                    page.limit + 1)
-    return page.answer(rows, _json, lambda r: (EPOCH, r["id"]))
+    return page.answer(rows, lane_json, lambda r: (EPOCH, r["id"]))
 
 
 @router.patch("/lanes/{lane_id}", response_model=LaneOut, summary="Rank a lane (operators)",
@@ -87,4 +83,4 @@ async def rank_lane(lane_id: uuid.UUID, body: LaneRank, request: Request) -> dic
     row = await engine.rank_lane(await pool_of(request), lane_id, body.priority, body.paused)
     if row is None:
         raise ApiError(404, "not_found", f"no lane {lane_id}")
-    return _json(row)
+    return lane_json(row)

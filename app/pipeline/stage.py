@@ -134,18 +134,6 @@ class Stage:
         if self.accepts is not None:
             await self.accepts(db, lane, payload)
 
-    async def accepts_again(self, db: Any, lane: uuid.UUID, payload: Any) -> None:
-        """A failed job people queue again (a retry of one job, over the API or the CLI):
-        `accepts` is asked as at an enqueue, on the payload as stored, which no model may
-        have checked. Jobs queued before a stage refused what they name, or by a producer
-        that does not ask, would otherwise be retried again and again, each claimed only to
-        fail. Raises JobRefused."""
-        if self.accepts is None:
-            return
-        if not isinstance(payload, dict):  # stored by SQL of someone's own: no hook reads it
-            raise JobRefused(f"the job's payload is not a JSON object; its stage {self.type!r} cannot take it")
-        await self.accepts(db, lane, payload)
-
 
 def _when(until: datetime | timedelta | float | None) -> datetime:
     now = datetime.now(timezone.utc)
