@@ -14,6 +14,10 @@
 -- as 25 claims of one would. The lanes come off job_lanes_claim_idx in that order, so a
 -- claim of n reads about n lane rows however many lanes exist or have work.
 --
+-- Every probe of jobs_claim_idx starts at the lane's head_at (live_from), never later
+-- than its oldest pending job: the entries before it are jobs that left, kept while any
+-- older snapshot is open, and a probe from the lane's first entry walked them all.
+--
 -- The endings test the status through an expression, (status || ''), not the column:
 -- the ids are few and exact, and the primary key finds them. Given the column, the
 -- planner (whose statistics, taken with nothing running, say no job runs) scans
@@ -78,12 +82,13 @@ WITH done AS (
            -- what claims in flight took and left in the journal counts as served too
            l.served + coalesce((SELECT sum(n.served) FROM job_lane_journal n
                                 WHERE n.type = l.type AND n.lane = l.lane), 0) AS served,
-           l.priority, h.created_at AS head_at, h.id AS head_id,
+           l.priority, h.created_at AS head_at, h.id AS head_id, l.live_from,
            -- the lane's stale jobs come first in its order: counted once here, not for
            -- each of the lane's slots below (up to $2 each)
            (SELECT count(*) FROM stale s WHERE s.lane = l.lane) AS stale_n
     FROM (
-        SELECT l.type, l.lane, l.pending, l.served, l.priority
+        SELECT l.type, l.lane, l.pending, l.served, l.priority,
+               coalesce(l.head_at, '-infinity') AS live_from
         FROM job_lanes l
         WHERE l.type = $1 AND l.pending > 0 AND NOT l.paused AND l.ready_at <= now()
         ORDER BY l.priority DESC, l.served, l.head_at
@@ -92,6 +97,7 @@ WITH done AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.created_at FROM jobs j
         WHERE j.status = 'pending' AND j.type = $1 AND j.lane = l.lane AND j.run_after <= now()
+          AND j.created_at >= l.live_from
         ORDER BY j.created_at
         LIMIT 1
         FOR UPDATE SKIP LOCKED
@@ -125,7 +131,9 @@ WITH done AS (
     ORDER BY priority DESC, weight, at
     LIMIT $2
 ), quota AS (
-    SELECT lane, count(*) AS n FROM slots WHERE id IS NULL GROUP BY lane
+    SELECT s.lane, count(*) AS n, min(h.live_from) AS live_from
+    FROM slots s JOIN heads h ON h.lane = s.lane
+    WHERE s.id IS NULL GROUP BY s.lane
 ), fair AS (
     -- lock exactly each lane's quota, oldest first, skipping rows another claim holds. A
     -- quota of one is the head `heads` already locked: no second probe
@@ -138,6 +146,7 @@ WITH done AS (
     CROSS JOIN LATERAL (
         SELECT j.id FROM jobs j
         WHERE j.status = 'pending' AND j.type = $1 AND j.lane = q.lane AND j.run_after <= now()
+          AND j.created_at >= q.live_from
         ORDER BY j.created_at
         LIMIT q.n
         FOR UPDATE SKIP LOCKED
@@ -160,10 +169,11 @@ WITH done AS (
         SELECT s.id FROM stale s WHERE s.id <> ALL (ARRAY(SELECT id FROM fair_picked))
         UNION ALL
         SELECT r.id
-        FROM (SELECT h.lane FROM heads h ORDER BY h.priority DESC, h.served, h.head_at) h
+        FROM (SELECT h.lane, h.live_from FROM heads h ORDER BY h.priority DESC, h.served, h.head_at) h
         CROSS JOIN LATERAL (
             SELECT j.id FROM jobs j
             WHERE j.status = 'pending' AND j.type = $1 AND j.lane = h.lane AND j.run_after <= now()
+              AND j.created_at >= h.live_from
               -- this claim's own locks do not make it skip: what it took is left out by id
               AND j.id <> ALL (ARRAY(SELECT id FROM fair))
             ORDER BY j.created_at
