@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test bench run migrate package clean redis-server pgbouncer chromium docs chaos
+.PHONY: install test bench run migrate package clean redis-server pgbouncer chromium postgresql-15 docs chaos
 
 install: $(STAMP)
 
@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 # Three test processes (pytest-xdist), each with its own embedded PostgreSQL: most tests
 # wait on the database or a subprocess, so even on two cores a third keeps them busy (two
 # left them about half idle: 325-339 s against 258-300 s with three, the same machine).
-test: $(STAMP) redis-server pgbouncer chromium
+test: $(STAMP) redis-server pgbouncer chromium postgresql-15
 	$(PY) -m pytest -n 3
 
 # The Redis tests (tests/api/test_redis.py) start and kill a real redis-server of their
@@ -56,6 +56,18 @@ chromium:
 	      --no-install-recommends chromium >/dev/null; \
 	  else \
 	    echo "chromium is not installed: the browser tests will be skipped (apt-get install chromium)"; \
+	  fi; }
+
+# The oldest PostgreSQL Skiplock supports, for tests/test_normal_role.py (the embedded server
+# is the newest). Installed like redis-server; elsewhere that test's 15 case is skipped.
+postgresql-15:
+	@[ -x /usr/lib/postgresql/15/bin/postgres ] || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing postgresql-15 (Debian package) for the oldest-server test"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      --no-install-recommends postgresql-15 >/dev/null; \
+	  else \
+	    echo "PostgreSQL 15 is not installed: the oldest-server test will be skipped (apt-get install postgresql-15)"; \
 	  fi; }
 
 bench: $(STAMP)

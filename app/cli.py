@@ -268,6 +268,9 @@ def _database_failure(exc: BaseException) -> str:
     cause = exc.__cause__ or exc
     if isinstance(cause, asyncpg.UndefinedTableError):
         return "the database has no Skiplock tables yet: run `skiplock migrate` first"
+    if isinstance(cause, asyncpg.InsufficientPrivilegeError):
+        return (f"permission denied: {cause} (the role in DATABASE_URL lacks it: "
+                "docs/deploy.md#a-normal-database-role says what Skiplock's role needs)")
     if isinstance(cause, _POOLED_STATEMENTS) or "unsupported startup parameter" in str(cause):
         return (f"DATABASE_URL behaves like a transaction pooler ({type(cause).__name__}): set "
                 "DATABASE_DIRECT_URL to PostgreSQL itself beside it (docs/deploy.md)")

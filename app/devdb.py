@@ -119,6 +119,11 @@ def system_user(name: str = SYSTEM_USER) -> pwd.struct_passwd:
 class LocalPostgres:
     data_dir: Path
     fast: bool = False  # fsync off: for throwaway test clusters only
+    bin_dir: Path | None = None  # another server's binaries (the tests' oldest supported one)
+
+    @property
+    def bins(self) -> Path:
+        return self.bin_dir or _bin_dir()
 
     @property
     def _pgdata(self) -> Path:
@@ -187,11 +192,11 @@ class LocalPostgres:
     def _prepare_root(self) -> None:
         """Running as root: make the system user and let it reach the data and binaries."""
         entry = system_user()
-        for folder in [*self.data_dir.resolve().parents, *_bin_dir().parents]:
+        for folder in [*self.data_dir.resolve().parents, *self.bins.parents]:
             mode = folder.stat().st_mode
             if mode & 0o011 != 0o011:
                 folder.chmod(mode | stat.S_IXGRP | stat.S_IXOTH)
-        bins = _bin_dir().parent  # pginstall/: binaries and libs must be readable
+        bins = self.bins.parent  # pginstall/: binaries and libs must be readable
         for path in bins.rglob("*"):
             mode = path.stat().st_mode
             want = mode | stat.S_IRGRP | stat.S_IROTH
@@ -227,7 +232,7 @@ class LocalPostgres:
         port = self.running_port()
         if port is not None:
             return port
-        bins = _bin_dir()
+        bins = self.bins
         if not (self._pgdata / "PG_VERSION").exists():
             if self._pgdata.exists():
                 shutil.rmtree(self._pgdata)
@@ -279,7 +284,7 @@ class LocalPostgres:
             await conn.close()
         self._write_private(self._pgdata / "pg_hba.conf", PASSWORD_ONLY_HBA, for_server=True)
         await asyncio.to_thread(
-            subprocess.run, [str(_bin_dir() / "pg_ctl"), "-D", str(self._pgdata), "reload"],
+            subprocess.run, [str(self.bins / "pg_ctl"), "-D", str(self._pgdata), "reload"],
             check=True, capture_output=True, **self._run_as())
         deadline = time.monotonic() + RELOAD_SECONDS
         while True:  # a new session's load time is the server's, once it has reloaded
@@ -298,7 +303,7 @@ class LocalPostgres:
         if self.running_port() is None:
             return
         subprocess.run(
-            [str(_bin_dir() / "pg_ctl"), "-D", str(self._pgdata), "-m", "fast", "-w", "stop"],
+            [str(self.bins / "pg_ctl"), "-D", str(self._pgdata), "-m", "fast", "-w", "stop"],
             capture_output=True, **self._run_as(),
         )
         deadline = time.monotonic() + 10

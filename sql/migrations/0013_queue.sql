@@ -454,31 +454,36 @@ CREATE INDEX idempotency_keys_created_idx ON idempotency_keys (created_at);
 --   * The pipeline, the sweep and reconcile run as the connection's own role (the
 --     tables' owner), which RLS does not filter: a separate role, not RLS turned off.
 
+-- Roles are the cluster's: a role that only owns the database cannot make them, so a
+-- superuser may make them first (docs/deploy.md#a-normal-database-role) and nothing made
+-- or granted already is made or granted again (granting takes the right to grant).
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'skiplock_api') THEN
         CREATE ROLE skiplock_api NOLOGIN NOBYPASSRLS;
     END IF;
+EXCEPTION WHEN duplicate_object THEN
+    NULL;  -- another database of this cluster made it meanwhile
 END $$;
--- The connecting role may switch to it (a superuser may anyway).
 DO $$
 BEGIN
-    IF NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'skiplock_admin') THEN
+        CREATE ROLE skiplock_admin NOLOGIN NOBYPASSRLS;
+    END IF;
+EXCEPTION WHEN duplicate_object THEN
+    NULL;
+END $$;
+-- An admin may do what the API may (and sees every tenant's rows: the policies below),
+-- and the connecting role may switch to either (a superuser may anyway).
+DO $$
+BEGIN
+    IF NOT pg_has_role('skiplock_admin', 'skiplock_api', 'MEMBER') THEN
+        GRANT skiplock_api TO skiplock_admin;
+    END IF;
+    IF NOT pg_has_role(current_user, 'skiplock_api', 'MEMBER') THEN
         EXECUTE format('GRANT skiplock_api TO %I', current_user);
     END IF;
-END $$;
-DO $$
-BEGIN
-    CREATE ROLE skiplock_admin NOLOGIN NOBYPASSRLS;
-EXCEPTION WHEN duplicate_object THEN
-    NULL;  -- roles are cluster-wide: another database of this cluster made it
-END $$;
--- An admin may do what the API may (and sees every tenant's rows: the policies below).
-GRANT skiplock_api TO skiplock_admin;
--- The connecting role may switch to it (a superuser may anyway).
-DO $$
-BEGIN
-    IF NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN
+    IF NOT pg_has_role(current_user, 'skiplock_admin', 'MEMBER') THEN
         EXECUTE format('GRANT skiplock_admin TO %I', current_user);
     END IF;
 END $$;
