@@ -225,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # the plug-ins named in the settings bring commands of their own
         settings = get_settings()
         plugins = load_plugins(settings.pipeline_plugins)
+        configured_stages(settings, plugins)  # a stage list that cannot load is said before any server starts
     except (SettingsError, StageConfigError) as exc:
         _say_error(str(exc))
         if not _asks_for_help(argv):

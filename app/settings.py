@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from functools import lru_cache
 from typing import Literal, TypeVar
@@ -17,6 +18,9 @@ SettingsClass = TypeVar("SettingsClass", bound=BaseSettings)
 DSN_SHAPE = "postgresql://user:password@host:5432/database"
 _ENCODE_HINT = " (in a user or password, write @ : / ? # as %40 %3A %2F %3F %23)"
 _BRACKETED_HOST = re.compile(r"\[[^\]]+\](?::(.*))?$")  # [::1]:5432
+# The file settings are also read from: .env in the current folder, or SKIPLOCK_ENV_FILE's
+# (empty: none; the test suite reads none, so a team's .env never reaches it).
+ENV_FILE = os.environ.get("SKIPLOCK_ENV_FILE", ".env") or None
 
 
 class SettingsError(Exception):
@@ -24,7 +28,7 @@ class SettingsError(Exception):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(env_file=ENV_FILE, extra="ignore")
 
     database_url: str | None = Field(
         None, description="PostgreSQL DSN (postgresql://user:password@host:5432/database, as asyncpg reads it); "

@@ -120,3 +120,42 @@ async def test_own_stage_list_from_pipeline_stages(dsn, pool, tmp_path):
     assert cli("enqueue", "shout", "--payload", '{"text": "abc"}', env=env, dsn=dsn).returncode == 0
     summary = json.loads(cli("run-once", env=env, dsn=dsn).stdout)
     assert summary["summary"]["shouted"] == 3 and summary["jobsDone"] == 1
+
+
+def installed(*args, cwd, env=None, dsn=None):
+    """The installed `skiplock` command (not `python -m`), from the folder `cwd`."""
+    full_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DATABASE_URL")}
+    full_env.update({"PIPELINE_PLUGINS": "", **(env or {})})
+    if dsn:
+        full_env["DATABASE_URL"] = dsn
+    script = os.path.join(os.path.dirname(sys.executable), "skiplock")
+    return subprocess.run([script, *args], capture_output=True, text=True, env=full_env, cwd=cwd, timeout=60)
+
+
+async def test_the_installed_command_finds_a_stage_module_in_the_current_folder(dsn, pool, tmp_path):
+    (tmp_path / "teamstages.py").write_text(
+        "from app import Stage\n"
+        "async def shout(job, ctx):\n"
+        "    ctx.count('shouted', len(job.payload['text']))\n"
+        "STAGES = [Stage(type='shout', handler=shout)]\n")
+    env = {"PIPELINE_STAGES": "teamstages:STAGES"}
+    queued = installed("enqueue", "shout", "--payload", '{"text": "abcd"}', cwd=tmp_path, env=env, dsn=dsn)
+    assert queued.returncode == 0, queued.stderr
+    summary = json.loads(installed("run-once", cwd=tmp_path, env=env, dsn=dsn).stdout)
+    assert summary["summary"]["shouted"] == 4 and summary["jobsDone"] == 1
+
+
+def test_a_stage_module_that_cannot_load_is_said_before_any_server_starts(tmp_path):
+    result = installed("status", cwd=tmp_path, env={"PIPELINE_STAGES": "nosuchstages:STAGES"})
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: PIPELINE_STAGES: cannot import 'nosuchstages': No module named 'nosuchstages'"
+    assert not (tmp_path / ".data").exists()  # no embedded server was started for it
+
+
+def test_a_teams_dotenv_is_read_by_its_commands_and_not_by_the_test_suite(dsn, tmp_path):
+    (tmp_path / ".env").write_text("PIPELINE_STAGES=nosuchstages:STAGES\n")
+    env = {"SKIPLOCK_ENV_FILE": ".env"}  # what a team's shell has: the default
+    read = installed("status", cwd=tmp_path, env=env, dsn=dsn)
+    assert read.returncode == 2 and "nosuchstages" in read.stderr
+    ignored = installed("status", cwd=tmp_path, dsn=dsn)  # the suite's own environment
+    assert ignored.returncode == 0, ignored.stderr

@@ -19,12 +19,12 @@ from typing import Iterator
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.settings import load_settings_class
+from app.settings import ENV_FILE, load_settings_class
 
 
 class OutreachSettings(BaseSettings):
     """The outreach example's (app/outreach/), read when PIPELINE_PLUGINS names it (the default)."""
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(env_file=ENV_FILE, extra="ignore")
 
     # Fetching pages: the brief and crawl stages.
     fetch_timeout_seconds: float = Field(
