@@ -55,6 +55,36 @@ async def test_worker_wakes_on_notify_well_before_its_poll(pool, dsn):
     assert row["finished_at"] is not None and row["jobs_done"] == 1
 
 
+async def test_a_retried_job_wakes_the_worker_well_before_its_poll(pool, dsn):
+    attempts = []
+
+    async def fail_once(job, ctx):
+        attempts.append(time.monotonic())
+        if len(attempts) == 1:
+            raise RuntimeError("not yet")
+
+    [job_id] = await pool.fetchval(
+        "WITH j AS (INSERT INTO jobs (type, status, attempts, last_error, finished_at) "
+        "VALUES ('t', 'failed', 3, 'gave up', now()) RETURNING id) SELECT array_agg(id) FROM j")
+    settings = load_settings(database_url=dsn, worker_poll_seconds=30, worker_grace_seconds=1)
+    worker = Worker(pool, dsn, [Stage(type="t", handler=fail_once, max_attempts=1)], settings)
+    task = asyncio.create_task(worker.run())
+    try:
+        assert await wait_until(lambda: pool.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE trigger = 'worker') AND NOT EXISTS "
+            "(SELECT 1 FROM jobs WHERE type = 'maintenance' AND status <> 'done')"))
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        # a retry in plain SQL, as an operator in psql would (the API and the CLI do the same)
+        await pool.execute("UPDATE jobs SET status = 'pending', attempts = 0, run_after = now(), "
+                           "finished_at = NULL WHERE id = $1", job_id)
+        assert await wait_until(lambda: pool.fetchval("SELECT status <> 'pending' FROM jobs WHERE id = $1", job_id), 20)
+        assert attempts and attempts[0] - started < 10  # woken, not polled after 30 s
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+
+
 @pytest.mark.parametrize("command, sig, trigger", [("worker", signal.SIGTERM, "worker"),
                                                   ("run-once", signal.SIGINT, "manual")])
 async def test_a_signal_mid_batch_defers_in_flight_work_and_exits_zero(pool, dsn, command, sig, trigger):
