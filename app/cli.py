@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import uuid
@@ -21,6 +22,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import asyncpg
 
@@ -35,7 +37,7 @@ from app.logs import configure_cli_logging
 from app.pipeline.payloads import MAX_DEPTH, PayloadRefused, Problem, check_payload
 from app.pipeline.registry import StageConfigError
 from app.pipeline.stage import DedupeKeyFixed, JobRefused
-from app.plugin import CommandError, Plugin, load_plugins
+from app.plugin import CommandError, CommandFailed, Plugin, load_plugins
 from app.runtime import (DATABASE_ERRORS, DatabaseUnavailable, Runtime, configured_stages,
                          direct_database_url, run_json, run_limits)
 from app.settings import Settings, SettingsError, get_settings, is_utf8
@@ -79,6 +81,8 @@ def _parser(plugins: list[Plugin]) -> argparse.ArgumentParser:
     r.add_argument("--budget", type=float, help="seconds to keep claiming (capped by the setting)")
     r.add_argument("--trigger", default="manual", help="recorded in the runs row")
     sub.add_parser("worker", help="run the pipeline continuously (for a container); SIGTERM stops it")
+    ps = sub.add_parser("psql", help="psql on the database (the embedded one too, whatever its port)")
+    ps.add_argument("--url", action="store_true", help="print its connection URL, password included, instead")
     cli_status.add_parser(sub)
     cli_jobs.add_parsers(sub)
     cli_lanes.add_parsers(sub)
@@ -189,6 +193,24 @@ async def _worker(settings: Settings, plugins: list[Plugin], dsn: str) -> None:
         await runtime.close()
 
 
+async def _psql(args, dsn: str) -> int:
+    """psql on `dsn`, its password handed over in the environment (not on a command line
+    others can read), or the URL itself for another tool."""
+    if args.url:
+        answer(dsn)
+        return 0
+    psql = shutil.which("psql")
+    if psql is None:
+        raise CommandFailed("psql is not installed (apt-get install postgresql-client); "
+                            "`skiplock psql --url` prints the URL for another client")
+    parts = urlsplit(dsn)
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    bare = urlunsplit(parts._replace(netloc=f"{userinfo.partition(':')[0]}{at}{hostport}"))
+    env = {**os.environ, **({"PGPASSWORD": unquote(parts.password)} if parts.password else {})}
+    process = await asyncio.create_subprocess_exec(psql, bare, env=env)
+    return await process.wait()
+
+
 async def _main(args, settings: Settings, plugins: list[Plugin]) -> int:
     # a command on your machine may start the embedded server; its own connections (migrate,
     # the worker's LISTEN, one-off commands) keep a session, so they skip a pooler
@@ -204,6 +226,8 @@ async def _main(args, settings: Settings, plugins: list[Plugin]) -> int:
         answer(json.dumps(await _enqueue(args, settings, plugins, dsn)))
     elif args.command == "worker":
         await _worker(settings, plugins, dsn)
+    elif args.command == "psql":
+        return await _psql(args, dsn)
     elif getattr(args, "run", None) is not None:  # jobs, runs, batch, status
         answer(await args.run(args, Cli(settings, plugins, dsn)))
     elif getattr(args, "handler", None) is not None:  # a plug-in's command

@@ -31,6 +31,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
 
+from app.settings import EnvFileSettings
+
 APP_DIR = Path(__file__).resolve().parent
 PAGE_NAME = "docs/configuration.md"
 PAGE = APP_DIR.parent / PAGE_NAME
@@ -57,7 +59,7 @@ def settings_classes(module: types.ModuleType) -> list[type[BaseSettings]]:
     """The BaseSettings classes a module defines (not the ones it imports), in source order."""
     found = [c for c in vars(module).values()
              if isinstance(c, type) and issubclass(c, BaseSettings) and c is not BaseSettings
-             and c.__module__ == module.__name__]
+             and c.__module__ == module.__name__ and c.model_fields]
     return sorted(found, key=lambda c: inspect.getsourcelines(c)[1])
 
 
@@ -194,6 +196,9 @@ def _summary(cls: type[BaseSettings]) -> str:
 
 def _source_note(cls: type[BaseSettings]) -> str:
     env_file = cls.model_config.get("env_file")
+    if issubclass(cls, EnvFileSettings):
+        return ("Read from the environment, or from `.env` in the working directory "
+                "(`SKIPLOCK_ENV_FILE` names another file; empty: none).")
     if env_file:
         files = [env_file] if isinstance(env_file, (str, Path)) else list(env_file)
         where = " or ".join(f"`{f}`" for f in files)

@@ -18,17 +18,25 @@ SettingsClass = TypeVar("SettingsClass", bound=BaseSettings)
 DSN_SHAPE = "postgresql://user:password@host:5432/database"
 _ENCODE_HINT = " (in a user or password, write @ : / ? # as %40 %3A %2F %3F %23)"
 _BRACKETED_HOST = re.compile(r"\[[^\]]+\](?::(.*))?$")  # [::1]:5432
-# The file settings are also read from: .env in the current folder, or SKIPLOCK_ENV_FILE's
-# (empty: none; the test suite reads none, so a team's .env never reaches it).
-ENV_FILE = os.environ.get("SKIPLOCK_ENV_FILE", ".env") or None
+
+
+class EnvFileSettings(BaseSettings):
+    """Settings read from the environment and from .env in the current folder, or from the
+    file SKIPLOCK_ENV_FILE names (empty: none; the test suite reads none, so a team's .env
+    never reaches it)."""
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore")
+
+    def __init__(self, **values) -> None:
+        if "SKIPLOCK_ENV_FILE" in os.environ and "_env_file" not in values:
+            values["_env_file"] = os.environ["SKIPLOCK_ENV_FILE"] or None
+        super().__init__(**values)
 
 
 class SettingsError(Exception):
     """Configuration that cannot work; the message is one line a person can act on."""
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_file=ENV_FILE, extra="ignore")
+class Settings(EnvFileSettings):
 
     database_url: str | None = Field(
         None, description="PostgreSQL DSN (postgresql://user:password@host:5432/database, as asyncpg reads it); "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -159,3 +160,18 @@ def test_a_teams_dotenv_is_read_by_its_commands_and_not_by_the_test_suite(dsn, t
     assert read.returncode == 2 and "nosuchstages" in read.stderr
     ignored = installed("status", cwd=tmp_path, dsn=dsn)  # the suite's own environment
     assert ignored.returncode == 0, ignored.stderr
+
+
+async def test_psql_reaches_the_database_and_url_prints_it(dsn, tmp_path):
+    if shutil.which("psql") is None:
+        pytest.skip("psql is not installed (make test installs postgresql-15, which brings it)")
+    url = installed("psql", "--url", cwd=tmp_path, dsn=dsn)
+    assert url.returncode == 0 and url.stdout.strip() == dsn
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PGPASSWORD")}
+    env.update(DATABASE_URL=dsn, PIPELINE_PLUGINS="")
+    script = os.path.join(os.path.dirname(sys.executable), "skiplock")
+    ran = subprocess.run([script, "psql"], input="SELECT 'hello from ' || current_database();\n",
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert "hello from " + dsn.rpartition("/")[2] in ran.stdout
+    assert dsn.split("@")[0].rpartition(":")[2] not in " ".join(ran.args)  # the password is not on the command line

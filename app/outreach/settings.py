@@ -17,14 +17,12 @@ from functools import lru_cache
 from typing import Iterator
 
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.settings import ENV_FILE, load_settings_class
+from app.settings import EnvFileSettings, load_settings_class
 
 
-class OutreachSettings(BaseSettings):
+class OutreachSettings(EnvFileSettings):
     """The outreach example's (app/outreach/), read when PIPELINE_PLUGINS names it (the default)."""
-    model_config = SettingsConfigDict(env_file=ENV_FILE, extra="ignore")
 
     # Fetching pages: the brief and crawl stages.
     fetch_timeout_seconds: float = Field(

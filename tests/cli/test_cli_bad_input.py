@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from app.devdb import LocalPostgres, embedded_for_command
-from app.settings import Settings, SettingsError, get_settings, load_settings
+from app.settings import SettingsError, get_settings, load_settings
 from tests import factories
 from tests.cli.test_cli_operator import ok_json, one_line, skiplock
 
@@ -55,7 +55,7 @@ def test_a_malformed_database_url_stops_the_command_in_one_line():
 async def test_a_dotenv_that_is_not_utf8_is_one_line(pool, cli, tmp_path, monkeypatch):
     (tmp_path / ".env").write_bytes(b"DB_POOL_SIZE=5\nFOO=caf\xe9\n")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setitem(Settings.model_config, "env_file", ".env")  # the suite reads none (tests/__init__.py)
+    monkeypatch.setenv("SKIPLOCK_ENV_FILE", ".env")  # the suite reads none (tests/__init__.py)
     one_line(await cli("status"), 2, ".env is not UTF-8 text")
 
 
