@@ -203,7 +203,17 @@ def dev_overrides(settings: Settings, plugins: list[Plugin]) -> dict:
     return out
 
 
-async def serve(settings: Settings, plugins: list[Plugin], signals: "_Signals", *, embedded: bool) -> None:
+async def _say_when_serving(server: uvicorn.Server, text: str) -> None:
+    """The banner, once uvicorn listens: not before the database and the port are known good."""
+    while not server.started:
+        if server.should_exit:
+            return
+        await asyncio.sleep(0.05)
+    print(text, flush=True)
+
+
+async def serve(settings: Settings, plugins: list[Plugin], signals: "_Signals", *, embedded: bool,
+                banner_text: str = "") -> None:
     conn = await connect(settings.database_direct_url or settings.database_url)  # a session: not the pooler
     try:
         applied = await migrate(conn, [p.name for p in plugins])
@@ -222,7 +232,7 @@ async def serve(settings: Settings, plugins: list[Plugin], signals: "_Signals", 
     for plugin in plugins:  # the example's: its sample site, and a demo campaign
         if plugin.dev_setup is not None:
             await plugin.dev_setup(app, pool, settings)
-    print(api_banner(settings, await local_admin_key(pool, Path(settings.local_data_dir))), flush=True)
+    banner_text += api_banner(settings, await local_admin_key(pool, Path(settings.local_data_dir)))
     config = uvicorn.Config(app, host=settings.local_host, port=settings.local_port,
                             log_config=None, lifespan="on", access_log=True,
                             ws_max_size=WS_MAX_MESSAGE_BYTES)  # not 16 MiB per frame for a keyless client
@@ -231,9 +241,11 @@ async def serve(settings: Settings, plugins: list[Plugin], signals: "_Signals", 
     tick = Ticker(runtime, settings.local_tick_seconds)
     if settings.local_tick_seconds > 0:
         tick.start()
+    said = asyncio.create_task(_say_when_serving(server, banner_text))
     try:
         await server.serve()
     finally:
+        said.cancel()
         await tick.stop()
         await runtime.close()
 
@@ -285,8 +297,8 @@ def main() -> int:
         plugins = load_plugins(settings.pipeline_plugins)
         settings = load_settings(**{**settings.model_dump(), "database_url": dsn, "cron_secret": secret,
                                     **dev_overrides(settings, plugins)})
-        print(banner(settings, secret, dsn, data_dir if local else None), flush=True)
-        asyncio.run(serve(settings, plugins, signals, embedded=local is not None))
+        asyncio.run(serve(settings, plugins, signals, embedded=local is not None,
+                          banner_text=banner(settings, secret, dsn, data_dir if local else None) + "\n"))
     except KeyboardInterrupt:
         pass
     except (DevError, LocalPostgresError) as exc:

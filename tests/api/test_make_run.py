@@ -148,9 +148,10 @@ def test_make_run_serves_triggers_ticks_and_stops_clean(data_dir):
     run = MakeRun(data_dir, port)
     try:
         # the first start makes a cluster (initdb) and imports everything: slow on a busy box
-        curl = run.wait_for(r"^\s+(curl -s -X POST .*/cron/pipeline)$", timeout=150).group(1)
+        # it says it serves only once it does: the banner comes after uvicorn listens
+        run.wait_for(r"Uvicorn running on", timeout=150)
+        curl = run.wait_for(r"^\s+(curl -s -X POST .*/cron/pipeline)$").group(1)
         admin_key = run.wait_for(r"Admin API key .*: (slk_\S+)$").group(1)
-        run.wait_for(r"Uvicorn running on")
         assert f"http://127.0.0.1:{port}/cron/pipeline" in curl
         jobs = httpx.get(f"http://127.0.0.1:{port}/jobs", headers={"Authorization": f"Bearer {admin_key}"})
         assert jobs.status_code == 200 and "data" in jobs.json()
@@ -190,8 +191,8 @@ def test_after_a_crash_the_next_make_run_takes_over_the_orphaned_server(data_dir
         port = sock.getsockname()[1]
     first = MakeRun(data_dir, port, tick=0)
     try:
-        secret = first.wait_for(r"Cron secret:\s+(\S+)").group(1)
         first.wait_for(r"Uvicorn running on")
+        secret = first.wait_for(r"Cron secret:\s+(\S+)").group(1)
         app_pid = first.app_pid(data_dir)
         os.kill(app_pid, signal.SIGKILL)  # the app dies; its PostgreSQL does not
         assert wait_gone(app_pid)
@@ -203,8 +204,8 @@ def test_after_a_crash_the_next_make_run_takes_over_the_orphaned_server(data_dir
     second = MakeRun(data_dir, port, tick=0)
     try:
         second.wait_for(r"reusing the PostgreSQL left running")
-        assert second.wait_for(r"Cron secret:\s+(\S+)").group(1) == secret  # kept in the data folder
         second.wait_for(r"Uvicorn running on")
+        assert second.wait_for(r"Cron secret:\s+(\S+)").group(1) == secret  # kept in the data folder
         r = httpx.post(f"http://127.0.0.1:{port}/cron/pipeline",
                        headers={"Authorization": f"Bearer {secret}"}, timeout=60)
         assert r.status_code == 200, r.text
