@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -175,3 +176,18 @@ async def test_psql_reaches_the_database_and_url_prints_it(dsn, tmp_path):
     assert ran.returncode == 0, ran.stderr
     assert "hello from " + dsn.rpartition("/")[2] in ran.stdout
     assert dsn.split("@")[0].rpartition(":")[2] not in " ".join(ran.args)  # the password is not on the command line
+
+
+async def test_the_readmes_stage_runs_as_pasted(dsn, pool, tmp_path):
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Write a stage"):]
+    start = section.index("```python\n") + len("```python\n")
+    code = section[start:section.index("\n```", start)]
+    (tmp_path / "mystages.py").write_text(code + "\n")
+    env = {"PIPELINE_STAGES": "mystages:STAGES"}
+    bad = installed("enqueue", "invoice", "--payload", '{"to": 5}', cwd=tmp_path, env=env, dsn=dsn)
+    assert bad.returncode == 2 and "to" in bad.stderr  # the payload's model is the README's
+    good = installed("enqueue", "invoice", "--payload", '{"to": "a@b.c"}', cwd=tmp_path, env=env, dsn=dsn)
+    assert good.returncode == 0, good.stderr
+    summary = json.loads(installed("run-once", cwd=tmp_path, env=env, dsn=dsn).stdout)
+    assert summary["jobsDone"] == 1 and summary["summary"]["invoices_sent"] == 1
