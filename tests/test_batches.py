@@ -89,7 +89,11 @@ async def test_a_batch_whose_last_job_died_is_not_left_running(pool):
     c = await campaign(pool)
     out = await b.create_batch(pool, c, [BatchRequest("a"), BatchRequest("b")])
     await finish(pool, [out.created["a"]], "done")
-    stage = Stage(type="b", handler=lambda j, c: None, lease=60, timeout=10, max_attempts=1)
+
+    async def nothing(job, ctx):
+        pass
+
+    stage = Stage(type="b", handler=nothing, lease=60, timeout=10, max_attempts=1)
     await q.claim(pool, stage.lease_terms, await f.run(pool), 1)  # its process then dies
     await b.reconcile(pool)
     assert (await b.get_batch(pool, out.batch_id))["status"] == "running"

@@ -98,6 +98,10 @@ async def test_deferral_keeps_the_attempt(pool):
     assert row["status"] == "pending" and row["attempts"] == 0 and row["run_after"] == until
 
 
+async def _nothing(job, ctx):
+    pass
+
+
 def _ctx(pool, run_id):
     return Context(db=pool, run_id=run_id, trigger="test", settings=None, deadline=0, tally=Tally())
 
@@ -110,7 +114,7 @@ async def test_stuck_sweep_fails_once_and_calls_gave_up_once(pool):
         assert ctx.db.is_in_transaction()
         refunds.append(job.id)
 
-    stage = Stage(type="t", handler=lambda j, c: None, lease=60, timeout=10, max_attempts=1, gave_up=refund)
+    stage = Stage(type="t", handler=_nothing, lease=60, timeout=10, max_attempts=1, gave_up=refund)
     stuck = await f.jobs(pool, "t", 3)
     run_id = await f.run(pool)
     await q.claim(pool, stage.lease_terms, run_id, 3)
@@ -133,7 +137,7 @@ async def test_a_failing_gave_up_hook_leaves_the_job_for_the_next_sweep(pool):
         if len(calls) == 1:
             raise RuntimeError("payments API down")
 
-    stage = Stage(type="t", handler=lambda j, c: None, lease=60, timeout=10, max_attempts=1,
+    stage = Stage(type="t", handler=_nothing, lease=60, timeout=10, max_attempts=1,
                   gave_up=flaky_refund)
     [job_id] = await f.jobs(pool, "t", 1)
     run_id = await f.run(pool)

@@ -123,7 +123,11 @@ async def test_a_run_that_is_not_alone_keeps_to_one_stream(pool):
     """Another run open and beating: no second stream (overlapping runs already keep the
     server busy); the same backlog alone gets one."""
     await pool.execute("UPDATE runs SET finished_at = now() WHERE finished_at IS NULL")
-    stage = Stage(type="busy", handler=lambda job, ctx: asyncio.sleep(0), batch=10, concurrency=5)
+
+    async def busy(job, ctx):
+        await asyncio.sleep(0)
+
+    stage = Stage(type="busy", handler=busy, batch=10, concurrency=5)
     settings = load_settings(database_url="postgresql://unused", pipeline_claim_streams=2)
     for other_open in (True, False):
         await f.jobs(pool, "busy", 200)
@@ -205,7 +209,10 @@ async def test_a_failure_cut_to_break_a_deadlock_is_written_again(dsn, pool, cap
     its lease runs out. Here a second transaction holds the lane's counter row, which the
     failure (its job pending again) must write, and once the failure waits for it, asks
     for the job's row: a cycle, and the failure (waiting longer) is cut."""
-    stage = Stage(type="dlf", handler=lambda job, ctx: None, lease=60, timeout=10, max_attempts=3)
+    async def nothing(job, ctx):
+        pass
+
+    stage = Stage(type="dlf", handler=nothing, lease=60, timeout=10, max_attempts=3)
     [job_id] = await f.jobs(pool, "dlf", 1)
     mine = await f.run(pool)
     [job] = await q.claim(pool, stage.lease_terms, mine, 1)

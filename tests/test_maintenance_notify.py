@@ -165,6 +165,10 @@ async def test_a_receiver_whose_answer_never_ends_is_not_read(pool):
     assert row["status"] == "done", row["last_error"]
 
 
+async def _nothing(job, ctx):
+    pass
+
+
 async def _failures_told(pool, s, lane, n: int) -> None:
     """n notifications of jobs of `lane` that failed for good, as the pipeline enqueues them."""
     for _ in range(n):
@@ -201,7 +205,7 @@ async def test_one_tenants_slow_receiver_does_not_hold_anothers_notifications_ba
         # 3 s: time for a few of Ann's 1 s deliveries and Bob's turn among them, with room for a
         # busy machine (at 1.5 s a run under load spent it before Bob's turn); in one queue
         # for all, Bob's would wait behind all 30 of Ann's
-        await Pipeline(pool, [Stage(type="t", handler=lambda j, c: None)], s).run("cron", budget=3)
+        await Pipeline(pool, [Stage(type="t", handler=_nothing)], s).run("cron", budget=3)
     assert len(fast.received) == 1 and len(slow.received) < 30
 
 

@@ -279,7 +279,10 @@ async def test_stuck_jobs_are_swept_at_the_start_of_a_run(pool):
     async def refund(job, ctx):
         refunds.append(job.id)
 
-    stage = Stage(type="t", handler=lambda j, c: None, lease=60, timeout=10, max_attempts=1, gave_up=refund)
+    async def nothing(job, ctx):
+        pass
+
+    stage = Stage(type="t", handler=nothing, lease=60, timeout=10, max_attempts=1, gave_up=refund)
     [job_id] = await f.jobs(pool, "t", 1)
     await q.claim(pool, stage.lease_terms, await f.run(pool), 1)
     await f.age_lock(pool, job_id, 61)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import inspect
 import math
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -41,6 +45,43 @@ class JobRefused(ValueError):
 
 def _seconds(value: float | timedelta) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def is_async_callable(fn: Any) -> bool:
+    """Does calling `fn` give an awaitable? An async function, a method or functools.partial
+    of one, a decorator's wrapper that keeps __wrapped__ (functools.wraps), an object whose
+    __call__ is async, or a function marked with inspect.markcoroutinefunction. A plain
+    function (a lambda too) is refused even when it returns a coroutine: it cannot be told
+    apart from one that returns None, which failed every job only once it ran."""
+    seen: set[int] = set()
+    while callable(fn) and id(fn) not in seen:  # a loop of __wrapped__ ends here
+        seen.add(id(fn))
+        if inspect.iscoroutinefunction(fn):
+            return True
+        # before 3.12, the marker asgiref's markcoroutinefunction sets, which only asyncio reads
+        # (its iscoroutinefunction is deprecated from 3.14; inspect reads 3.12's marker)
+        if sys.version_info < (3, 12) and asyncio.iscoroutinefunction(fn):
+            return True
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        elif getattr(fn, "__wrapped__", None) is not None:
+            fn = fn.__wrapped__
+        elif not inspect.isroutine(fn) and not isinstance(fn, type):
+            fn = fn.__call__  # an instance: its __call__, bound
+        else:
+            return False
+    return False
+
+
+def _name(fn: Any) -> str:
+    """module.function, as a stage's author would look for it."""
+    if isinstance(fn, functools.partial):
+        return f"functools.partial of {_name(fn.func)}"
+    name = getattr(fn, "__qualname__", None)
+    if name is None:
+        return f"{type(fn).__module__}.{type(fn).__qualname__}()" if callable(fn) else repr(fn)
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{name}" if module else name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +142,14 @@ class Stage:
             raise ValueError("a stage needs a type (a non-empty string)")
         if (self.handler is None) == (self.batch_handler is None):
             raise ValueError(f"stage {self.type!r}: give exactly one of handler= or batch_handler=")
+        # Awaited only once a job runs: a plain def made every job fail with "object NoneType
+        # can't be used in 'await' expression". Said here, where the stage is written.
+        for name in ("handler", "batch_handler", "gave_up", "cancelled", "accepts"):
+            fn = getattr(self, name)
+            if fn is not None and not is_async_callable(fn):
+                raise ValueError(f"stage {self.type!r}: {name} {_name(fn)} is not an async function: "
+                                 f"make it `async def` (and call blocking work inside it with "
+                                 f"`await asyncio.to_thread(...)`)")
         for name in ("batch", "concurrency", "max_attempts"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"stage {self.type!r}: {name} must be a whole number >= 1")

@@ -13,6 +13,10 @@ from tests import factories as f
 MOST = 5
 
 
+async def _nothing(job, ctx):
+    pass
+
+
 async def _tenant(pool, email: str):
     key = await f.api_key(pool, email, plan="pro")
     owner = (await accounts.authenticate(pool, key)).user_id
@@ -21,7 +25,7 @@ async def _tenant(pool, email: str):
 
 async def test_a_tenant_past_its_waiting_jobs_is_refused_until_some_run(make_client, pool, dsn):
     client = await make_client(make_settings(dsn, tenant_waiting_jobs_max=MOST, pipeline_plugins=""),
-                               [Stage(type="record", handler=lambda job, ctx: None)], api_key=False)
+                               [Stage(type="record", handler=_nothing)], api_key=False)
     ann, ann_one, ann_two = await _tenant(pool, "ann@waiting.example")
     bob, bob_lane, _ = await _tenant(pool, "bob@waiting.example")
 
@@ -54,7 +58,7 @@ async def test_retrying_cancelled_jobs_does_not_pass_the_cap(make_client, pool, 
     """An attack pass filled the cap, cancelled every job, filled it again and retried the
     cancelled ones: three times the cap waited. A retry makes a job wait: it is weighed too."""
     client = await make_client(make_settings(dsn, tenant_waiting_jobs_max=MOST, pipeline_plugins=""),
-                               [Stage(type="record", handler=lambda job, ctx: None)], api_key=False)
+                               [Stage(type="record", handler=_nothing)], api_key=False)
     ann, lane, _ = await _tenant(pool, "ann@retry-cap.example")
     cancelled = []
     for _ in range(2):
