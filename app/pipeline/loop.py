@@ -417,14 +417,49 @@ class Pipeline:
                     await self._call_one(stage, job, ctx, out, hard_deadline)
             await asyncio.gather(*(runner() for _ in range(min(stage.concurrency, len(jobs)))))
 
-    async def _guarded(self, limit: float, call: Awaitable[Any]) -> Any:
-        """Await a handler under its time limit; stop() can shorten the limit."""
-        async with asyncio.timeout(limit) as tm:
-            self._timeouts.add(tm)
-            try:
-                return await call
-            finally:
-                self._timeouts.discard(tm)
+    async def _guarded(self, stage: Stage, limit: float, call: Awaitable[Any], what: str) -> Any:
+        """Await a handler under its time limit; stop() can shorten the limit.
+
+        A handler that blocks the event loop (time.sleep, a synchronous client) cannot be
+        cut: the timer that would cancel it only fires once the loop gets control again. One
+        that ended past its limit anyway, returning or raising, is a TimeoutError all the
+        same: a stage's timeout holds whether or not its handler awaits. (Its work may have
+        happened; a handler that overran asynchronously may have done part of its work too.)"""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        tm = asyncio.timeout(limit)
+        try:
+            async with tm:
+                self._timeouts.add(tm)
+                try:
+                    result = await call
+                finally:
+                    self._timeouts.discard(tm)
+        except TimeoutError:
+            raise
+        except Exception as exc:
+            if self._overran(stage, tm, loop, what, started):
+                raise TimeoutError from exc
+            raise
+        if self._overran(stage, tm, loop, what, started):
+            raise TimeoutError
+        return result
+
+    @staticmethod
+    def _overran(stage: Stage, tm: asyncio.Timeout, loop: asyncio.AbstractEventLoop, what: str,
+                 started: float) -> bool:
+        """Did the call end past its limit (stop()'s grace included)? Said in a warning when
+        its timer never fired: the handler held the loop past the limit, and every other job
+        of this process (and the run's heartbeat) waited for it all that time."""
+        when = tm.when()
+        if when is None or loop.time() < when:
+            return False
+        if not tm.expired():  # not one that swallowed its cancellation: one that blocked
+            log.warning("stage %r: %s ran %.1fs, past its timeout of %gs, holding the event loop "
+                        "(no job of this process could run meanwhile): counted as timed out; call "
+                        "blocking work with `await asyncio.to_thread(...)`",
+                        stage.type, what, loop.time() - started, stage.timeout)
+        return True
 
     async def _call_one(self, stage: Stage, job: Job, ctx: Context, out: BatchEndings,
                         hard_deadline: float) -> None:
@@ -435,7 +470,7 @@ class Pipeline:
             return
         limit = min(stage.timeout, hard_deadline - now)
         try:
-            await self._guarded(limit, stage.handler(job, ctx))
+            await self._guarded(stage, limit, stage.handler(job, ctx), f"the handler of job {job.id}")
         except TimeoutError:
             # cut by the platform limit or a shutdown, not by its own timeout: deferred
             if self._stopping or limit < stage.timeout:
@@ -455,7 +490,8 @@ class Pipeline:
             return
         limit = min(stage.timeout, hard_deadline - time.monotonic())
         try:
-            problems = await self._guarded(limit, stage.batch_handler(jobs, ctx)) or {}
+            problems = await self._guarded(stage, limit, stage.batch_handler(jobs, ctx),
+                                           f"the batch handler of {len(jobs)} jobs") or {}
         except TimeoutError:
             for job in jobs:
                 if self._stopping or limit < stage.timeout:
