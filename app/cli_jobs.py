@@ -30,7 +30,7 @@ from app.runtime import run_json
 from app.whole_numbers import whole_number
 
 STATUSES = ("pending", "running", "done", "failed")
-STOP_REASONS = ("no_work", "time_budget", "quota_reserve", "quota_exhausted", "error", "running")
+STOP_REASONS = (*run_log.STOP_REASONS, "running")  # 'running': not finished yet
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 20
 DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)\s*$")  # ASCII digits: float() takes no '²'

@@ -174,3 +174,13 @@ async def test_a_worker_started_while_the_database_is_down_waits_for_it(own_serv
         proc.send_signal(signal.SIGTERM)
         out, err = await asyncio.to_thread(proc.communicate, timeout=60)
     assert proc.returncode == 0, err[-2000:]
+
+
+async def test_the_stop_reasons_are_the_ones_the_database_accepts(pool):
+    import re
+
+    from app.engine.runs import STOP_REASONS
+    check = await pool.fetchval(
+        "SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c "
+        "WHERE c.conrelid = 'runs'::regclass AND c.contype = 'c' AND pg_get_constraintdef(c.oid) LIKE '%stop_reason%'")
+    assert set(re.findall(r"'(\w+)'::text", check)) == set(STOP_REASONS), check

@@ -23,7 +23,7 @@ from app.runtime import run_json
 
 router = APIRouter(tags=["runs"])
 
-STOP_REASONS = ("no_work", "time_budget", "quota_reserve", "quota_exhausted", "error")
+STOP_REASONS = run_log.STOP_REASONS
 
 RUN_LIST = ListQuery("runs", [
     enum_param("stop_reason", "only runs that stopped for this reason ('running': not finished yet)",
@@ -36,7 +36,7 @@ class RunOut(BaseModel):
     """A run, the same everywhere: GET /runs, GET /runs/{id} and /cron/pipeline (app.runtime.run_json)."""
     id: uuid.UUID
     trigger: str = Field(description="what started it: cron (the schedule), http, manual, worker, ...")
-    stopReason: Literal["no_work", "time_budget", "quota_reserve", "quota_exhausted", "error"] | None = Field(
+    stopReason: Literal[STOP_REASONS] | None = Field(
         description="why it stopped; null while it runs (or if it was killed before it could say)")
     jobsDone: int = Field(description="jobs of your stages it finished")
     jobsFailed: int = Field(description="failed attempts (retried later, or given up)")

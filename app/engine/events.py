@@ -23,7 +23,6 @@ from app.engine.queries import query
 from app.whole_numbers import whole_number
 
 SYSTEM_ROOM = "system"
-ROOM_KINDS = ("account", "lane", "batch")
 ROOM_HELP = "account:<user id>, lane:<lane id>, batch:<batch id> or system"
 _UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 ROOM_PATTERN = rf"^(system|(account|lane|batch):{_UUID})$"

@@ -18,6 +18,11 @@ from app.engine.queries import query
 HEARTBEAT_SECONDS = 15.0
 ABANDONED_AFTER_SECONDS = 60.0
 
+# Why a run stopped: the one list, which runs' CHECK constraint holds too
+# (tests/test_run_record.py compares them). All but `error` are healthy.
+STOP_REASONS = ("no_work", "time_budget", "quota_reserve", "quota_exhausted", "error")
+QUOTA_STOP_REASONS = ("quota_reserve", "quota_exhausted")  # what a handler's StopRun may say
+
 
 async def start_run(db, trigger: str, run_id: uuid.UUID | None = None) -> uuid.UUID:
     """Open a run's row. With `run_id` (chosen by the caller) it is safe to call again after

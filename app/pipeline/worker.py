@@ -23,6 +23,7 @@ import time
 import asyncpg
 
 from app.engine.db import connection_lost
+from app.engine.runs import QUOTA_STOP_REASONS
 from app.pipeline.loop import Pipeline, RunResult
 from app.pipeline.run_record import OPEN_RETRY_SECONDS, RunNotRecorded, retrying
 from app.pipeline.stage import Stage
@@ -83,7 +84,7 @@ class Worker:
                     await self._idle(self.settings.worker_poll_seconds)
                     continue
                 self.runs.append(result)
-                if result.stop_reason in ("error", "quota_reserve", "quota_exhausted") and not self._stopped:
+                if result.stop_reason in ("error", *QUOTA_STOP_REASONS) and not self._stopped:
                     # not a reason to spin: wait a poll interval (or a signal) before trying again
                     await self._idle(self.settings.worker_poll_seconds)
         finally:
