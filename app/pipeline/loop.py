@@ -532,9 +532,3 @@ class Pipeline:
             log.info(json.dumps({"event": "batch", "runId": str(ctx.run_id), "stage": stage.type,
                                  "done": s.done, "failed": s.failed, "deferred": s.deferred}))
         return s
-
-
-async def run_pipeline(pool, stages: list[Stage], *, trigger: str, budget: float | None = None,
-                       settings: Settings | None = None, hard_limit: float | None = None) -> RunResult:
-    """One run over `stages` (the user's list; the pipeline adds its own stages first)."""
-    return await Pipeline(pool, stages, settings).run(trigger, budget, hard_limit)

@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable
 from pydantic import BaseModel
 
 from app.engine.jobs import Job, Lease
+from app.engine.runs import QUOTA_STOP_REASONS
 
 JobHandler = Callable[[Job, "Context"], Awaitable[Any]]
 BatchHandler = Callable[[list[Job], "Context"], Awaitable["dict[uuid.UUID, BaseException] | None"]]
@@ -214,7 +215,7 @@ class FailJob(Exception):
 class StopRun(DeferJob):
     """Defer this job and stop the whole run with a healthy stop reason (the quota is spent)."""
 
-    REASONS = ("quota_reserve", "quota_exhausted")
+    REASONS = QUOTA_STOP_REASONS
 
     def __init__(self, stop_reason: str, until: datetime | timedelta | float | None = None) -> None:
         if stop_reason not in self.REASONS:
