@@ -68,3 +68,66 @@ async def last_maintenance_tick(db) -> float | None:
     """Seconds since any deployment last enqueued the recurring maintenance; None when
     none ever did (each task's newest tick is kept)."""
     return await db.fetchval(query("status_maintenance"))
+
+
+# The queue's own tables, whose row versions /metrics, `skiplock status` and the
+# dashboard show: the ones every job or run rewrites. The one list: the query takes it as
+# a parameter and leaves out a name with no table in the current schema.
+QUEUE_TABLES = ("jobs", "job_lanes", "job_lane_journal", "job_lane_hours", "settled_backlog", "events",
+                "event_rooms", "runs")
+# `skiplock status` names what holds the horizon once it has held it this long, or, when
+# how long is unknown (another role's session read without pg_read_all_stats, a replica's
+# feedback through an active slot), once it is this many xids behind.
+HORIZON_WARN_SECONDS = 60.0
+HORIZON_WARN_XIDS = 100_000
+HORIZON_HOLDERS = 3
+
+
+async def horizon_holders(db, limit: int = HORIZON_HOLDERS) -> list[dict]:
+    """What holds back the xmin horizon (sessions, prepared transactions, replication
+    slots), oldest first: kind, pid, name, role, database, state, query, seconds (None:
+    unknown), xid_age."""
+    return [dict(r) for r in await db.fetch(query("horizon_holders"), limit)]
+
+
+async def queue_tables(db) -> list[dict]:
+    """Per queue table that exists: table_name, live, dead, autovacuum_seconds_ago."""
+    return [dict(r) for r in await db.fetch(query("queue_tables_vacuum"), list(QUEUE_TABLES))]
+
+
+def holder_words(h: dict) -> str:
+    """Who holds the horizon, in words: 'session 4242 (report, role ann, database shop)'."""
+    if h["kind"] == "prepared":
+        return f"prepared transaction {h['name']!r} (role {h['role']}, database {h['database']})"
+    if h["kind"] == "slot":
+        active = "" if h["pid"] is None else f", pid {h['pid']}"
+        return f"replication slot {h['name']} ({h['state']}{active})"
+    about = [h["name"] or None, f"role {h['role']}" if h["role"] else None,
+             f"database {h['database']}" if h["database"] else "a replica's walsender"]
+    return f"session {h['pid']} ({', '.join(a for a in about if a)})"
+
+
+def held_too_long(holder: dict | None) -> bool:
+    """Whether `holder` has held the horizon past the warning's threshold."""
+    if holder is None:
+        return False
+    if holder["seconds"] is None:
+        return holder["xid_age"] >= HORIZON_WARN_XIDS
+    return holder["seconds"] >= HORIZON_WARN_SECONDS
+
+
+async def horizon(db) -> dict:
+    """The horizon's holders and the queue tables' row versions, as `skiplock status
+    --json` and GET /stats answer them."""
+    holders = await horizon_holders(db)
+    tables = await queue_tables(db)
+    return {
+        "heldTooLong": held_too_long(holders[0] if holders else None),
+        "warnSeconds": HORIZON_WARN_SECONDS, "warnXids": HORIZON_WARN_XIDS,
+        "holders": [{"who": holder_words(h), "kind": h["kind"], "pid": h["pid"], "name": h["name"], "role": h["role"],
+                     "database": h["database"], "state": h["state"], "query": h["query"],
+                     "seconds": h["seconds"], "xidAge": h["xid_age"]} for h in holders],
+        "tables": [{"table": t["table_name"], "live": t["live"], "dead": t["dead"],
+                    "autovacuumSecondsAgo": t["autovacuum_seconds_ago"]} for t in tables],
+        "deadTuples": sum(t["dead"] for t in tables),
+    }
