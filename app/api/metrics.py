@@ -54,6 +54,8 @@ async def read_metrics(pool, plugins, settings) -> list:
         open_runs = await queue_stats.open_runs(conn)
         endings = await queue_stats.endings_by_type(conn)
         tick = await queue_stats.last_maintenance_tick(conn)
+        holders = await queue_stats.horizon_holders(conn)
+        tables = await queue_stats.queue_tables(conn)
         plugin_gauges = [(p.name, g) for p in plugins if p.metrics is not None
                          for g in await p.metrics(conn, settings)]
 
@@ -90,7 +92,25 @@ async def read_metrics(pool, plugins, settings) -> list:
         for outcome in ("done", "failed", "deferred"):
             ended.add_metric([row["type"], outcome], row[outcome] or 0)
 
-    families = [jobs, paused, oldest, run_count, duration, running, ended]
+    known = [h["seconds"] for h in holders if h["seconds"] is not None]
+    snapshot_age = GaugeMetricFamily(
+        f"{PREFIX}_oldest_snapshot_age_seconds",
+        "how long the oldest of what holds back VACUUM's horizon (a transaction, a prepared transaction, "
+        "an inactive slot) has held on (0: none; another role's session needs pg_read_all_stats)",
+        value=max(known, default=0.0))
+    snapshot_xids = GaugeMetricFamily(
+        f"{PREFIX}_oldest_snapshot_xid_age",
+        "how many transaction ids VACUUM's horizon is behind, held by the oldest snapshot, transaction, "
+        "prepared transaction or replication slot (0: none)", value=holders[0]["xid_age"] if holders else 0)
+    dead = GaugeMetricFamily(f"{PREFIX}_dead_tuples", "dead row versions of the queue's table, not yet vacuumed "
+                             "(the server's estimate)", labels=["table"])
+    live = GaugeMetricFamily(f"{PREFIX}_live_tuples", "live rows of the queue's table (the server's estimate)",
+                             labels=["table"])
+    for t in tables:
+        dead.add_metric([t["table_name"]], t["dead"])
+        live.add_metric([t["table_name"]], t["live"])
+
+    families = [jobs, paused, oldest, run_count, duration, running, ended, snapshot_age, snapshot_xids, dead, live]
     if tick is not None:
         families.append(GaugeMetricFamily(
             f"{PREFIX}_maintenance_tick_age_seconds",
@@ -119,7 +139,8 @@ class _Families:
                        403: {"description": "an API key that is not an admin's"}})
 async def metrics(request: Request) -> Response:
     """Queue depth and oldest ready job by type, runs by trigger and stop reason, run
-    durations, job endings by type, and the plug-ins' gauges; read at scrape time."""
+    durations, job endings by type, what holds back VACUUM's horizon and for how long, the
+    queue tables' dead and live row versions, and the plug-ins' gauges; read at scrape time."""
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
     runtime = request.app.state.runtime
