@@ -1,8 +1,9 @@
 """`skiplock status`: the queue on one screen. Depth per stage (pending, paused, running,
 the oldest ready job's wait), what the last day's runs ended per stage, the last runs,
 whether the recurring maintenance runs somewhere, when each periodic stage was last
-enqueued, and the plug-ins' gauges (the example's quota left). The same cheap reads as
-/metrics."""
+enqueued, the plug-ins' gauges (the example's quota left), and, once something has held
+back VACUUM's horizon for a minute, who and the queue tables' dead row versions. The
+same cheap reads as /metrics."""
 
 from __future__ import annotations
 
@@ -44,7 +45,31 @@ async def read_status(db, cli) -> dict[str, Any]:
             "maintenance": {"lastTickSecondsAgo": tick, "scheduledHere": cli.settings.run_scheduler},
             "periodic": [{"type": s.type, "everySeconds": s.every, "lastEnqueuedSecondsAgo": ticks.get(s.type)}
                          for s in periodic],
-            "plugins": gauges}
+            "plugins": gauges, "horizon": await queue_stats.horizon(db)}
+
+
+def horizon_text(h: dict[str, Any]) -> str:
+    """The section naming what holds the horizon, for how long, and the dead row versions
+    behind it."""
+    holder = h["holders"][0]
+    if holder["seconds"] is not None:
+        held = span(holder["seconds"])
+    elif holder["kind"] == "session":
+        held = "unknown (GRANT pg_read_all_stats TO the role that reads this, to see it)"
+    else:
+        held = "unknown"
+    state = f", {holder['state']}" if holder["kind"] == "session" and holder["state"] else ""
+    dead = sorted((t for t in h["tables"] if t["dead"]), key=lambda t: -t["dead"])
+    facts = [("held by", holder["who"]),  # fields() escapes what other sessions wrote
+             ("for", f"{held}, {holder['xidAge']} transaction ids behind{state}")]
+    if holder["query"]:
+        facts.append(("query", " ".join(holder["query"].split())))
+    facts.append(("dead row versions", ", ".join(
+        f"{t['table']} {t['dead']} (live {t['live']}, autovacuum "
+        + ("never" if t["autovacuumSecondsAgo"] is None else f"{span(t['autovacuumSecondsAgo'])} ago") + ")"
+        for t in dead) or "none"))
+    return ("oldest snapshot: VACUUM removes no row version it may still see "
+            "(docs/operations.md#a-long-transaction-pins-the-horizon)\n" + fields(facts))
 
 
 def status_text(s: dict[str, Any]) -> str:
@@ -59,8 +84,10 @@ def status_text(s: dict[str, Any]) -> str:
                + ("never" if p["lastEnqueuedSecondsAgo"] is None else f"{span(p['lastEnqueuedSecondsAgo'])} ago"))
               for p in s["periodic"]]
     facts += [(f"{g['plugin']} {g['name']}", g["value"]) for g in s["plugins"]]
-    return "\n\n".join([stages, fields(facts),
-                        "last runs:\n" + table([_run_line(r) for r in s["lastRuns"]], RUN_COLUMNS)])
+    sections = [stages, fields(facts)]
+    if s["horizon"]["heldTooLong"]:
+        sections.append(horizon_text(s["horizon"]))
+    return "\n\n".join([*sections, "last runs:\n" + table([_run_line(r) for r in s["lastRuns"]], RUN_COLUMNS)])
 
 
 async def status(args, cli) -> str:
