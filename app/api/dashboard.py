@@ -24,6 +24,7 @@ from app.api.errors import ApiError
 from app.api.params import only_params
 from app.engine import events as store
 from app.engine import lanes as lanes_engine
+from app.engine import queue_stats
 from app.engine import runs as run_log
 from app.engine.queries import query
 from app.json_values import iso
@@ -82,11 +83,14 @@ def _queue_json(rows) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 
 @router.get("/stats", summary="What the dashboard shows, in one answer",
-            dependencies=[], responses={200: {"description": "queue, lanes, runs, failed jobs, batches, panels"}})
+            dependencies=[], responses={200: {"description": "queue, lanes, runs, failed jobs, batches, panels, "
+                                                          "the oldest snapshot"}})
 async def stats(request: Request) -> JSONResponse:
     """The queue per type and status (done and failed: the last day), the oldest ready
     job's age, the busiest lanes, the last runs and a day of per-run counts (admins: runs
-    are the operator's), failed and retrying jobs, batches with progress, the plug-ins' panels, and
+    are the operator's), failed and retrying jobs, batches with progress, the plug-ins' panels,
+    `horizon` (admins; null for a tenant): what holds back VACUUM's horizon, for how long,
+    and the queue tables' dead row versions, and
     `room` / `head`: the event room this key follows and its last seq when this was read
     (read first, so any later change arrives as an event)."""
     only_params()(request)
@@ -118,10 +122,13 @@ async def stats(request: Request) -> JSONResponse:
     for plugin in runtime.plugins:
         if plugin.dashboard is not None:
             panels.extend(await plugin.dashboard(db, actor, runtime.settings))
+    # the database's state is the operator's; read as skiplock_admin, which sees another
+    # role's session's start and query only when granted pg_read_all_stats
+    horizon = await queue_stats.horizon(db) if actor.is_admin else None
     return JSONResponse({
         "at": datetime.now(timezone.utc).isoformat(), "admin": actor.is_admin,
         "account": str(actor.user_id) if actor.user_id else None, "email": actor.email,
         "room": room, "head": head, "replay": runtime.settings.events_replay,
         "queue": queue, "totals": totals, "lanes": lanes, "runs": runs, "chart": chart,
-        "trouble": trouble, "batches": batches, "panels": panels,
+        "trouble": trouble, "batches": batches, "panels": panels, "horizon": horizon,
     }, headers={"Cache-Control": "no-store"})

@@ -202,6 +202,34 @@ function renderBatches(stats) {
   }
 }
 
+// What holds back VACUUM's horizon (admins only: the database is the operator's).
+function renderHorizon(stats) {
+  const h = stats.horizon;
+  const holder = h && h.holders.length ? h.holders[0] : null;
+  const card = $("horizon");
+  card.classList.toggle("warn", Boolean(h && h.heldTooLong));
+  card.dataset.pid = holder && holder.pid !== null ? String(holder.pid) : "";
+  $("h-who").textContent = holder ? holder.who : "–";
+  $("h-for").textContent = holder ? (holder.seconds === null ? "unknown" : age(holder.seconds)) : "–";
+  $("h-xids").textContent = holder ? holder.xidAge : "–";
+  $("h-dead").textContent = h ? h.deadTuples : "–";
+  $("h-query").textContent = holder && holder.query ? holder.query : "";
+  $("h-query").parentElement.hidden = !(holder && holder.query);
+  let note;
+  if (!h) note = "The database's snapshots are the operator's: an admin key shows them.";
+  else if (!holder) note = "Nothing holds back VACUUM: it can remove every dead row version.";
+  else if (h.heldTooLong) note = "Held too long: VACUUM removes no row version this snapshot may still see, and the queue slows down.";
+  else note = "VACUUM can remove no row version newer than this.";
+  if (holder && holder.kind === "session" && holder.seconds === null) {
+    note += " How long is hidden: GRANT pg_read_all_stats TO skiplock_admin shows it.";
+  }
+  $("horizon-note").textContent = note;
+  fill($("horizon-table").tBodies[0], (h ? h.tables : []).map((t) => el("tr", { "data-table": t.table },
+    el("th", { scope: "row", text: t.table }), num(t.dead), num(t.live),
+    el("td", { text: t.autovacuumSecondsAgo === null ? "never" : `${age(t.autovacuumSecondsAgo)} ago` }))),
+    4, h ? "No queue tables." : "Admins only.");
+}
+
 function renderPanels(stats) {
   const box = $("panels");
   box.replaceChildren();
@@ -224,6 +252,7 @@ function render(stats) {
   renderRuns(stats);
   renderLanes(stats);
   renderBatches(stats);
+  renderHorizon(stats);
   renderPanels(stats);
   document.body.dataset.statsAt = stats.at;
 }
