@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test bench run migrate package clean redis-server pgbouncer chromium postgresql-15 docs chaos
+.PHONY: install test bench run migrate package clean redis-server pgbouncer chromium postgresql-15 promtool docs chaos
 
 install: $(STAMP)
 
@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 # Three test processes (pytest-xdist), each with its own embedded PostgreSQL: most tests
 # wait on the database or a subprocess, so even on two cores a third keeps them busy (two
 # left them about half idle: 325-339 s against 258-300 s with three, the same machine).
-test: $(STAMP) redis-server pgbouncer chromium postgresql-15
+test: $(STAMP) redis-server pgbouncer chromium postgresql-15 promtool
 	$(PY) -m pytest -n 3
 
 # The Redis tests (tests/api/test_redis.py) start and kill a real redis-server of their
@@ -68,6 +68,18 @@ postgresql-15:
 	      --no-install-recommends postgresql-15 >/dev/null; \
 	  else \
 	    echo "PostgreSQL 15 is not installed: the oldest-server test will be skipped (apt-get install postgresql-15)"; \
+	  fi; }
+
+# promtool checks the alert rules in docs/alerts/ (tests/test_horizon_view.py); it comes
+# with Debian's prometheus package. Installed like redis-server; elsewhere those tests are skipped.
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing prometheus (Debian package) for promtool, which checks the alert rules"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      --no-install-recommends prometheus >/dev/null; \
+	  else \
+	    echo "promtool is not installed: the alert rules' tests will be skipped (apt-get install prometheus)"; \
 	  fi; }
 
 bench: $(STAMP)
