@@ -10,7 +10,8 @@ from app import DeferJob, Stage, StopRun
 from app.engine import jobs as q
 from app.engine.db import create_pool
 from app.engine.jobs import NewJob
-from app.pipeline.loop import STAGE_TURN_SECONDS, Pipeline
+from app.pipeline import loop
+from app.pipeline.loop import EMPTY_STAGE_RECHECK_SECONDS, STAGE_TURN_SECONDS, Pipeline
 from app.pipeline.maintenance import RECURRING
 from app.pipeline.run_slots import PoolTooSmall
 from app.runtime import Runtime, run_limits
@@ -38,7 +39,10 @@ async def test_no_work_run_writes_its_row(pool):
     assert row["finished_at"] is not None and row["jobs_done"] == 0
 
 
-async def test_loop_restarts_from_the_first_stage_after_every_batch(pool):
+async def test_loop_restarts_from_the_first_stage_after_every_batch(pool, monkeypatch):
+    """With no quiet time for a stage found empty, the order is exact: after every batch the
+    loop starts again from the first stage (with it, see the two tests below)."""
+    monkeypatch.setattr(loop, "EMPTY_STAGE_RECHECK_SECONDS", 0.0)
     order = []
 
     async def extract(job, ctx):
@@ -58,6 +62,62 @@ async def test_loop_restarts_from_the_first_stage_after_every_batch(pool):
     assert stages_summary["crawl"] == stages_summary["extract"] == {"done": 3, "failed": 0, "deferred": 0}
     # the pipeline's own housekeeping ran first and is not counted as the user's work
     assert stages_summary["maintenance"]["done"] == len(RECURRING)
+
+
+async def test_empty_stages_ahead_cost_no_claim_per_batch(pool, monkeypatch):
+    """Eight user stages, the work in the last: a stage found empty is looked at again after
+    EMPTY_STAGE_RECHECK_SECONDS, not before every batch of the stages after it."""
+    claims: list[str] = []
+    settle = Pipeline._settle
+
+    async def counted(self, conn, written, ctx, *, claim=None):
+        if claim is not None:
+            claims.append(claim.type)
+        return await settle(self, conn, written, ctx, claim=claim)
+
+    monkeypatch.setattr(Pipeline, "_settle", counted)
+
+    async def noop(job, ctx):
+        pass
+
+    stages = [Stage(type=f"s{i}", handler=noop, batch=10, concurrency=10) for i in range(1, 9)]
+    await f.jobs(pool, "s8", 600)
+    started = asyncio.get_running_loop().time()
+    result = await pipeline(pool, stages, pipeline_claim_streams=1).run("manual")
+    seconds = asyncio.get_running_loop().time() - started
+    assert result.jobs_done == 600
+    batches = claims.count("s8")
+    empty_looks = len(claims) - batches
+    # the first pass, a look a second at each stage ahead, and the last pass before no_work
+    assert empty_looks <= 7 * (2 + seconds / EMPTY_STAGE_RECHECK_SECONDS) + 9, (empty_looks, batches, seconds)
+    assert batches <= 64  # 60 full batches, the empty claims that end the stage (a prefetch, the last pass)
+
+
+async def test_work_due_in_an_empty_stage_ahead_is_claimed_within_a_second(pool):
+    """Earlier stages still win: a job that becomes due in a stage found empty is claimed
+    within EMPTY_STAGE_RECHECK_SECONDS while a later stage drains a backlog."""
+    seen: dict[str, float] = {}
+    clock = asyncio.get_running_loop().time
+
+    async def early(job, ctx):
+        seen["early"] = clock()
+
+    async def late(job, ctx):
+        await asyncio.sleep(0.01)
+
+    stages = [Stage(type="early", handler=early, batch=1), Stage(type="late", handler=late, batch=1)]
+    await f.jobs(pool, "late", 400)   # about 4 s of work, one at a time
+
+    async def enqueue_later():
+        await asyncio.sleep(1.0)
+        seen["enqueued"] = clock()
+        await q.enqueue(pool, NewJob(type="early"))
+
+    later = asyncio.create_task(enqueue_later())
+    await pipeline(pool, stages, pipeline_claim_streams=1).run("manual", budget=3)
+    await later
+    assert "early" in seen, "the early job never ran"
+    assert seen["early"] - seen["enqueued"] <= EMPTY_STAGE_RECHECK_SECONDS + 0.5
 
 
 async def test_a_flood_of_an_early_stage_does_not_starve_the_later_ones(pool):

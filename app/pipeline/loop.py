@@ -58,6 +58,11 @@ Ended = tuple[Stage, BatchEndings]       # what a batch of one stage came to
 # as long as the batch took, so it has at most about half of a run that has other
 # work: webhook deliveries take up to 10 s each, and tenants can make many.
 INTERNAL_RECHECK_SECONDS = 1.0
+# A user stage found empty is looked at again after this long, not before every batch of
+# the stages after it: a claim per empty stage ahead made a pipeline of several stages
+# drain at a fraction of one stage's rate. New work in it waits at most this long (when
+# every stage is quiet, all are looked at again before the run says there is no work).
+EMPTY_STAGE_RECHECK_SECONDS = 1.0
 # A shorter batch (housekeeping, a quick delivery) takes no rest: its stage is looked at
 # again right away, found empty and left for INTERNAL_RECHECK_SECONDS, as before. (A rest
 # of a few milliseconds ended before the next claim and cost that batch its prefetch.)
@@ -82,10 +87,10 @@ class Pipeline:
         self.settings = settings or get_settings()
         own = [notifications.NOTIFY_STAGE, *stages]
         self.stages = [maintenance_stage(own), *own]
-        # looked at once a second while found empty, not before every batch
+        # the pipeline's own: they rest after a busy batch and take no turns (STAGE_TURN_SECONDS)
         self._rarely_busy = {s.type for s in self.stages if s.internal or s is notifications.NOTIFY_STAGE}
-        # the stage a backlog starts a second claim stream for (_two_streams)
-        self._first_user = next((s for s in self.stages if s.type not in self._rarely_busy), None)
+        # the stage whose backlog starts a second claim stream (_two_streams)
+        self._backlog_stage: Stage | None = None
         self._stopping = False
         self._budget_deadline = 0.0
         self._timeouts: set[asyncio.Timeout] = set()
@@ -199,7 +204,7 @@ class Pipeline:
                 if not await self._alone(ctx):
                     continue  # asked again on a backlog a second from now
                 two = asyncio.ensure_future(self._drain(self.pool, ctx, hard_deadline, None,
-                                                        only=self._first_user))
+                                                        only=self._backlog_stage))
                 ended.append(two)
                 await asyncio.wait({one, two}, return_when=asyncio.FIRST_COMPLETED)
                 if not one.done() and self._found_no_work(two):
@@ -273,7 +278,8 @@ class Pipeline:
             if only is not None:
                 ctx.tally.second_stream_batches += 1
             if (self._backlog is not None and only is None and len(jobs) >= stage.batch
-                    and stage is self._first_user):
+                    and stage.type not in self._rarely_busy and self._may_prefetch(stage)):
+                self._backlog_stage = stage
                 self._backlog.set()
             if self._stopping or time.monotonic() >= self._budget_deadline:
                 await self._hand_back(conn, ctx, written, batch)
@@ -312,15 +318,15 @@ class Pipeline:
 
     def _may_prefetch(self, stage: Stage) -> bool:
         """Claim stage's next batch while this one runs? Only when every stage ahead of it
-        is an internal one found empty a moment ago (earlier stages win every batch), and
-        no stage after it is due its turn."""
+        was found empty a moment ago (earlier stages win every batch), and no stage after
+        it is due its turn."""
         now = time.monotonic()
         if self._due_a_turn(after=stage) is not None:
             return False
         for ahead in self.stages:
             if ahead is stage:
                 return not self._stopping and now < self._budget_deadline
-            if ahead.type not in self._rarely_busy or now >= self._quiet_until.get(ahead.type, 0.0):
+            if now >= self._quiet_until.get(ahead.type, 0.0):
                 return False
         return False
 
@@ -358,15 +364,15 @@ class Pipeline:
         for recheck in (False, True):
             skipped = False
             for stage in self.stages:
-                if stage.type in self._rarely_busy and time.monotonic() < self._quiet_until.get(stage.type, 0.0):
+                if time.monotonic() < self._quiet_until.get(stage.type, 0.0):
                     skipped = True  # found empty a moment ago: not worth a claim after every batch
                     continue
                 claimed = (await self._settle(conn, written, ctx, claim=stage)).claimed
                 written = None
                 if claimed:
                     return stage, claimed
-                if stage.type in self._rarely_busy:
-                    self._quiet_until[stage.type] = time.monotonic() + INTERNAL_RECHECK_SECONDS
+                self._quiet_until[stage.type] = time.monotonic() + (
+                    INTERNAL_RECHECK_SECONDS if stage.type in self._rarely_busy else EMPTY_STAGE_RECHECK_SECONDS)
             if not skipped or recheck:
                 break
             self._quiet_until.clear()
