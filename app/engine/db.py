@@ -44,6 +44,24 @@ def connection_lost(exc: BaseException) -> bool:
     return isinstance(exc, CONNECTION_ERRORS) or was_cut(exc)
 
 
+def why_lost(exc: BaseException) -> str:
+    """What a lost connection said, in words: of the errors it set off (each later one raised
+    while handling the one before), the first from the server or the socket. The driver's
+    own later complaints ("released back to the pool": asyncpg detaches a closed
+    connection from its pool; "another operation is in progress") only echo it."""
+    chain, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    plain = [e for e in chain if connection_lost(e)
+             and not isinstance(e, (asyncpg.InterfaceError, asyncpg.InternalClientError))]
+    if not plain:
+        return "the connection closed under a statement (PostgreSQL restarted or stopped, or the network cut it)"
+    first = plain[-1]
+    return f"{type(first).__name__}: {first}".strip().rstrip(":")
+
+
 # How often a statement that PostgreSQL chose as a deadlock's victim is sent again. Its
 # transaction was rolled back whole, so sending it again is the same as sending it the
 # first time; the other side of the cycle went on when it was cut.

@@ -14,10 +14,10 @@ from typing import Any, Awaitable, Callable, Mapping
 from app.engine import runs
 from app.engine.jobs import Job
 from app.engine.one_connection import OneConnection
-from app.engine.db import connection_lost
+from app.engine.db import connection_lost, why_lost
 from app.pipeline import notifications
 from app.pipeline.maintenance import maintenance_stage, start_of_run
-from app.pipeline.outcomes import BatchEndings, Settled, error_text, settle
+from app.pipeline.outcomes import BatchEndings, Settled, error_text, settle, storable
 from app.pipeline.registry import check_stages
 from app.pipeline.run_record import RunRecord
 from app.pipeline.run_slots import run_slot
@@ -150,9 +150,13 @@ class Pipeline:
                 await start_of_run(self.pool, self.stages, ctx)
                 stop_reason = await self._loop(ctx, hard_deadline, idle)
             except Exception as exc:
-                stop_reason, error = "error", error_text(exc)
-                database_lost = connection_lost(exc)
-                log.exception("run %s failed", run_id)
+                stop_reason, database_lost = "error", connection_lost(exc)
+                if database_lost:  # said in one line: a traceback says nothing more, and a worker retries
+                    error = storable(f"the database connection was lost: {why_lost(exc)}")
+                    log.warning("run %s stopped: %s", run_id, error)
+                else:
+                    error = error_text(exc)
+                    log.exception("run %s failed", run_id)
         # the finish margin is for this write: half of it for retries, half to spare
         row = await asyncio.shield(record.close(stop_reason, error,
                                                 hard_deadline + s.finish_margin_seconds / 2))
