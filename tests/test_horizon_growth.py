@@ -53,7 +53,7 @@ async def per_call(pool) -> dict[str, float]:
         "FROM pg_stat_statements "
         "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND calls > 0 "
         "AND query NOT ILIKE '%pg_stat_statements%' AND query NOT ILIKE 'INSERT INTO jobs (type, lane) SELECT%'")
-    return {r["q"]: r["b"] / r["calls"] for r in rows}
+    return {r["q"]: (r["b"] / r["calls"], r["calls"]) for r in rows}
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,8 @@ async def test_hot_statements_read_no_more_after_ten_thousand_jobs(server, lane_
         lanes = [r[0] for r in await pool.fetch(
             "INSERT INTO lanes (id) SELECT gen_random_uuid() FROM generate_series(1, $1) RETURNING id", lane_count)]
         pipeline = Pipeline(pool, [Stage(type="horizon", handler=noop, batch=50, concurrency=10)],
-                            load_settings(pipeline_plugins=""))
+                            # no maintenance ticks: their enqueue happens only when a period ends
+                            load_settings(pipeline_plugins="", run_scheduler=False))
         # a report's snapshot, taken before any job exists and held to the end
         held = pin.transaction(isolation="repeatable_read")
         await held.start()
@@ -98,15 +99,16 @@ async def test_hot_statements_read_no_more_after_ten_thousand_jobs(server, lane_
         await pin.close()
         await pool.close()
 
-    growing = {q: (early[q], late[q]) for q in early.keys() & late.keys()
-               if late[q] > FLAT * max(early[q], 10)}
+    both = early.keys() & late.keys()
+    growing = {q: (early[q][0], late[q][0]) for q in both if late[q][0] > FLAT * max(early[q][0], 10)}
     known = {q for q in growing if any(q.startswith(s) for s in STILL_GROWING)}
     new = {q: b for q, b in growing.items() if q not in known}
     assert not new, "statements that read more after 10,000 jobs (buffers per call, early -> late):\n" + \
         "\n".join(f"  {e:8.0f} -> {l:8.0f}  {q[:100]}" for q, (e, l) in new.items())
-    # clearly flat (not merely under FLAT this time) in both measurements
-    flat_now = [s for s in STILL_GROWING
-                if all(late[q] <= 1.2 * max(early[q], 10) for q in early.keys() & late.keys() if q.startswith(s))
-                and any(q.startswith(s) for q in early.keys() & late.keys())
-                and lane_count > 1]
+    # a listed statement of the hot loop (run per batch, so measured over many calls) that is
+    # clearly flat now, in the many-lane case where it grew, is taken off the list
+    per_batch = [q for q in both if min(early[q][1], late[q][1]) >= 5]
+    flat_now = [s for s in STILL_GROWING if lane_count > 1
+                and any(q.startswith(s) for q in per_batch)
+                and all(late[q][0] <= 1.2 * max(early[q][0], 10) for q in per_batch if q.startswith(s))]
     assert not flat_now, f"flat now, take them off STILL_GROWING: {flat_now}"
