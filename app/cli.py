@@ -34,11 +34,11 @@ from app.engine import jobs as q
 from app.engine.db import connect
 from app.engine.migrate import migrate
 from app.logs import configure_cli_logging
-from app.pipeline.payloads import MAX_DEPTH, PayloadRefused, Problem, check_payload
+from app.pipeline import admission
+from app.pipeline.payloads import MAX_DEPTH
 from app.pipeline.registry import StageConfigError
-from app.pipeline.stage import DedupeKeyFixed, JobRefused
 from app.plugin import CommandError, CommandFailed, Plugin, load_plugins
-from app.runtime import (DATABASE_ERRORS, DatabaseUnavailable, Runtime, configured_stages,
+from app.runtime import (DATABASE_ERRORS, DatabaseUnavailable, Runtime, configured_stages, job_json,
                          direct_database_url, run_json, run_limits)
 from app.settings import Settings, SettingsError, get_settings, is_utf8
 
@@ -93,13 +93,14 @@ def _parser(plugins: list[Plugin]) -> argparse.ArgumentParser:
     return p
 
 
-def _payload(text: str) -> dict:
+def _payload(text: str, type_: str) -> dict:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CommandError(f"--payload is not valid JSON: {exc.msg} at position {exc.pos}") from None
-    except RecursionError:  # far deeper than check_payload allows
-        raise PayloadRefused([Problem((), f"is nested more than {MAX_DEPTH} levels deep")]) from None
+    except RecursionError:  # far deeper than a payload may be
+        raise CommandError(f"--payload does not fit the {type_!r} stage: payload: is nested more than "
+                           f"{MAX_DEPTH} levels deep") from None
     if not isinstance(value, dict):
         raise CommandError("--payload must be a JSON object, like '{\"url\": \"https://example.com\"}'")
     return value
@@ -115,34 +116,33 @@ def _lane(text: str | None) -> uuid.UUID | None:
 
 
 async def _enqueue(args, settings: Settings, plugins: list[Plugin], dsn: str) -> dict:
-    stages = {s.type: s for s in configured_stages(settings, plugins)}
-    if args.type not in stages:
-        raise CommandError(f"unknown job type {args.type!r}; the stages are: {', '.join(stages) or 'none'}")
+    """As POST /jobs (app.pipeline.admission), audited as system/cli; the same answer:
+    created, and the new job or the open one holding the dedupe key."""
     if args.dedupe_key is not None and not 0 < len(args.dedupe_key) <= q.MAX_DEDUPE_KEY_CHARS:
         # as POST /jobs: a longer key is refused by the index as a database error, not as input
         raise CommandError(f"--dedupe-key must be 1 to {q.MAX_DEDUPE_KEY_CHARS} characters "
-                       f"(got {len(args.dedupe_key)})")
+                           f"(got {len(args.dedupe_key)})")
     if not 0 <= args.delay <= MAX_DELAY_SECONDS:  # NaN fails both
         raise CommandError(f"--in must be zero or more seconds, at most {MAX_DELAY_SECONDS} (ten years)")
-    try:
-        payload = check_payload(_payload(args.payload), stages[args.type].payload,
-                                max_bytes=settings.max_payload_bytes, context={"settings": settings})
-    except PayloadRefused as exc:
-        raise CommandError(f"--payload does not fit the {args.type!r} stage: {exc}") from None
-    lane = _lane(args.lane)
-    try:
-        dedupe_key = stages[args.type].people_dedupe_key(lane or q.DEFAULT_LANE, payload, args.dedupe_key)
-    except DedupeKeyFixed as exc:
-        raise CommandError(str(exc)) from None
-    job = q.NewJob(type=args.type, payload=payload, dedupe_key=dedupe_key, lane=lane,
-                   run_after=datetime.now(timezone.utc) + timedelta(seconds=args.delay) if args.delay else None)
-    async with cli_jobs.acting_as_cli(dsn) as db:  # audited as system/cli
+    payload, lane = _payload(args.payload, args.type), _lane(args.lane) or q.DEFAULT_LANE
+    async with cli_jobs.acting_as_cli(dsn) as db:
         try:
-            await stages[args.type].people_accept(db, lane or q.DEFAULT_LANE, payload)
-        except JobRefused as exc:
-            raise CommandError(f"the {args.type!r} stage refuses this job: {exc}") from None
-        job_id = await q.enqueue(db, job)
-    return {"id": str(job_id) if job_id else None, "deduplicated": job_id is None}
+            admitted = await admission.admit(
+                db, configured_stages(settings, plugins), args.type, payload, lane=lane, settings=settings,
+                dedupe_key=args.dedupe_key,
+                run_after=datetime.now(timezone.utc) + timedelta(seconds=args.delay) if args.delay else None)
+        except admission.NotAdmitted as refused:
+            raise (CommandFailed if refused.status == 409 else CommandError)(_refusal(refused, args.type)) from None
+    return {"created": admitted.created, "job": job_json(admitted.job)}
+
+
+def _refusal(refused: admission.NotAdmitted, type_: str) -> str:
+    """A refusal in the CLI's words: the option it is about, where there is one."""
+    if refused.code == "invalid_request":
+        return f"--payload does not fit the {type_!r} stage: {refused.message}"
+    if refused.code == "job_refused":
+        return f"the {type_!r} stage refuses this job: {refused.message}"
+    return refused.message
 
 
 async def _run_once(args, settings: Settings, plugins: list[Plugin]) -> dict:

@@ -21,6 +21,7 @@ import asyncpg
 
 from app.engine.db import create_pool
 from app.engine.queries import query
+from app.json_values import iso
 from app.pipeline.loop import Pipeline, RunResult
 from app.pipeline.registry import check_stages, load_stages
 from app.pipeline.run_record import OPEN_RETRY_SECONDS, RunNotRecorded, retrying
@@ -141,6 +142,20 @@ def run_json(row: Mapping[str, Any], budget_seconds: float | None = None) -> dic
     if budget_seconds is not None:
         body["budgetSeconds"] = round(budget_seconds, 3)
     return body
+
+
+def job_json(r: Mapping[str, Any]) -> dict[str, Any]:
+    """A job, the same everywhere: the API's answers and the CLI's --json."""
+    def text(value: Any) -> str | None:
+        return str(value) if value is not None else None
+
+    return {
+        "id": str(r["id"]), "type": r["type"], "status": r["status"], "payload": r["payload"],
+        "dedupeKey": r["dedupe_key"], "attempts": r["attempts"], "runAfter": iso(r["run_after"]),
+        "lockedAt": iso(r["locked_at"]), "lastError": r["last_error"], "runId": text(r["run_id"]),
+        "batchId": text(r["batch_id"]), "lane": str(r["lane"]), "total": r["total"],
+        "progress": r["progress"], "createdAt": iso(r["created_at"]), "finishedAt": iso(r["finished_at"]),
+    }
 
 
 def configured_stages(settings: Settings, plugins: list[Plugin]) -> list[Stage]:

@@ -60,12 +60,15 @@ def one_line_error(result, needle):
 async def test_cli_enqueue_then_run_once(dsn, pool):
     first = cli("enqueue", "echo", "--payload", '{"message": "hi"}', "--dedupe-key", "greet", dsn=dsn)
     assert first.returncode == 0, first.stderr
-    job_id = json.loads(first.stdout)["id"]
+    made = json.loads(first.stdout)
+    assert made["created"] is True and made["job"]["status"] == "pending" and made["job"]["dedupeKey"] == "greet"
+    job_id = made["job"]["id"]
+    # as POST /jobs answers: not created, and the open job that holds the key
     again = json.loads(cli("enqueue", "echo", "--dedupe-key", "greet", dsn=dsn).stdout)
-    assert again == {"id": None, "deduplicated": True}
+    assert again["created"] is False and again["job"]["id"] == job_id
     later = json.loads(cli("enqueue", "echo", "--in", "3600", dsn=dsn).stdout)
     wait = await pool.fetchval("SELECT extract(epoch FROM run_after - now()) FROM jobs WHERE id = $1",
-                               uuid.UUID(later["id"]))
+                               uuid.UUID(later["job"]["id"]))
     assert 3500 < wait <= 3600
     run = cli("run-once", "--budget", "5", dsn=dsn)
     assert run.returncode == 0, run.stderr

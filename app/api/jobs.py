@@ -8,7 +8,6 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-import asyncpg
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -17,14 +16,14 @@ from app.api.cache import CACHED, cached_json, forget
 from app.api.deps import JOB_TYPES_MARK, enqueueable_types, listed_types, pool_of
 from app.api.errors import ApiError
 from app.api.pagination import ListQuery, Param, enum_param, uuid_param
-from app.api.payloads import accepted_job, accepted_payload, stage_of
+from app.api.payloads import not_admitted
 from app.api.params import only_params
 from app.engine import job_admin
-from app.engine.jobs import DEFAULT_LANE, MAX_DEDUPE_KEY_CHARS, NewJob, enqueue
+from app.engine.jobs import DEFAULT_LANE, MAX_DEDUPE_KEY_CHARS
 from app.json_values import iso
-from app.pipeline import outcomes
+from app.runtime import job_json
+from app.pipeline import admission, outcomes
 from app.pipeline.payloads import RetryRefused, retry_accepted
-from app.pipeline.stage import DedupeKeyFixed
 
 router = APIRouter(tags=["jobs"])
 
@@ -137,16 +136,6 @@ def _str(value: Any) -> str | None:
     return str(value) if value is not None else None
 
 
-def job_json(r) -> dict[str, Any]:
-    return {
-        "id": str(r["id"]), "type": r["type"], "status": r["status"], "payload": r["payload"],
-        "dedupeKey": r["dedupe_key"], "attempts": r["attempts"], "runAfter": iso(r["run_after"]),
-        "lockedAt": iso(r["locked_at"]), "lastError": r["last_error"], "runId": _str(r["run_id"]),
-        "batchId": _str(r["batch_id"]), "lane": str(r["lane"]), "total": r["total"],
-        "progress": r["progress"], "createdAt": iso(r["created_at"]), "finishedAt": iso(r["finished_at"]),
-    }
-
-
 _NOT_FOUND = {404: {"description": "no such job"}}
 
 LOCATION = {"description": "the job's URL, /jobs/{id}", "schema": {"type": "string"}}
@@ -201,7 +190,8 @@ async def get_job(job_id: uuid.UUID, request: Request) -> Response:
                                              "or contact not of the lane's campaign), or a malformed body"}})
 async def create_job(body: JobIn, request: Request) -> JSONResponse:
     """201 with the new job, or 200 with the open job that holds the same dedupe_key
-    (the insert is the check: no read comes before it)."""
+    (the insert is the check: no read comes before it). How a job begins is
+    app.pipeline.admission's; what is the API's own is who may enqueue where."""
     known = enqueueable_types(request)
     if body.type not in known:
         raise ApiError(422, "unknown_job_type",
@@ -216,31 +206,16 @@ async def create_job(body: JobIn, request: Request) -> JSONResponse:
         # job without a lane is ownerless work, which row-level security refuses (403).
         raise ApiError(422, "unknown_lane", f"no lane {lane}", {"lane": str(lane)})
     await _room_to_wait(request, pool)
-    payload = accepted_payload(request, body.type, body.payload, ("body", "payload"))
-    stage = stage_of(request, body.type)
+    runtime = request.app.state.runtime
     try:
-        dedupe_key = stage.people_dedupe_key(lane, payload, body.dedupe_key)  # a known type: a stage
-    except DedupeKeyFixed as exc:
-        raise ApiError(422, "dedupe_key_fixed", str(exc), {"dedupeKey": exc.key}) from None
-    await accepted_job(pool, stage, lane, payload, ("body", "payload"))
-    new = NewJob(type=body.type, payload=payload, dedupe_key=dedupe_key, lane=lane,
-                 run_after=body.run_after)
-    for _ in range(5):
-        try:
-            job_id = await enqueue(pool, new)
-        except asyncpg.DataError as exc:
-            raise ApiError(422, "invalid_value", f"the database refused a value: {exc}") from None
-        if job_id is not None:
-            row = await job_admin.get_job(pool, job_id)
-            return JSONResponse({"created": True, "job": job_json(row)}, status_code=201,
-                                headers={"Location": f"/jobs/{job_id}"})
-        # the dedupe key is held by an open job: that one is the answer (if it finished
-        # in between, the key is free again and the insert goes through next time)
-        row = await job_admin.open_job_by_dedupe_key(pool, dedupe_key, lane)
-        if row is not None:
-            return JSONResponse({"created": False, "job": job_json(row)}, status_code=200,
-                                headers={"Location": f"/jobs/{row['id']}"})
-    raise ApiError(409, "conflict", "the dedupe key kept changing hands; send the request again")
+        admitted = await admission.admit(pool, runtime.stages, body.type, body.payload, lane=lane,
+                                         settings=runtime.settings, dedupe_key=body.dedupe_key,
+                                         run_after=body.run_after)
+    except admission.NotAdmitted as refused:
+        raise not_admitted(refused, ("body", "payload")) from None
+    job = job_json(admitted.job)
+    return JSONResponse({"created": admitted.created, "job": job}, status_code=201 if admitted.created else 200,
+                        headers={"Location": f"/jobs/{job['id']}"})
 
 
 async def _room_to_wait(request: Request, db) -> None:

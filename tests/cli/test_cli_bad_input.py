@@ -196,4 +196,4 @@ async def test_enqueue_takes_the_dedupe_keys_post_jobs_takes(pool, cli, key, nee
     as 'database unreachable or failing: index row requires … bytes' (exit 1)."""
     one_line(await cli("enqueue", "echo", f"--dedupe-key={key}"), 2, needle)
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
-    assert ok_json(await cli("enqueue", "echo", "--dedupe-key", "k" * 200))["deduplicated"] is False
+    assert ok_json(await cli("enqueue", "echo", "--dedupe-key", "k" * 200))["created"] is True

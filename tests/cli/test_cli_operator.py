@@ -94,7 +94,7 @@ async def test_jobs_runs_and_status_commands(dsn, pool, cli):
     assert str(run_id) in table.stdout and "no_work" in table.stdout
 
     # what the CLI changed is in the audit log as system/cli; the pipeline's own work is not
-    enqueued = ok_json(await cli("enqueue", "echo"))["id"]
+    enqueued = ok_json(await cli("enqueue", "echo"))["job"]["id"]
     audit = await pool.fetch("SELECT actor_kind, actor_id, op, row_id, new_row ->> 'status' AS status "
                              "FROM audit_log WHERE table_name = 'jobs'")
     assert {(a["actor_kind"], a["actor_id"]) for a in audit} == {("system", "cli")}

@@ -146,8 +146,8 @@ async def test_the_cli_enqueues_with_the_stages_key(dsn, pool, api):
     def enqueue(page_id: str) -> tuple[str, ...]:
         return ("enqueue", "extract", "--lane", lane, "--payload", f'{{"page_id": "{page_id}"}}')
     first, again = [await asyncio.to_thread(skiplock, *enqueue(page), dsn=dsn, env=env) for _ in range(2)]
-    assert first.returncode == 0 and '"deduplicated": false' in first.stdout, first.stderr
-    assert again.returncode == 0 and '"deduplicated": true' in again.stdout, again.stderr
+    assert first.returncode == 0 and '"created": true' in first.stdout, first.stderr
+    assert again.returncode == 0 and '"created": false' in again.stdout, again.stderr
     refused = await asyncio.to_thread(skiplock, *enqueue(page), "--dedupe-key", "x", dsn=dsn, env=env)
     assert refused.returncode == 2 and refused.stderr.startswith("error: jobs of type 'extract' are deduplicated")
     # a made-up page and another campaign's: one line each, the same but for the id, exit 2
