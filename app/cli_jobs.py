@@ -25,7 +25,7 @@ from app.engine.tenancy import act_as
 from app.pipeline import outcomes
 from app.pipeline.maintenance import MAINTENANCE_TYPE
 from app.pipeline.notifications import NOTIFY_TYPE
-from app.pipeline.payloads import RetryRefused, retry_accepted
+from app.pipeline import admission
 from app.runtime import run_json
 from app.whole_numbers import whole_number
 
@@ -271,13 +271,14 @@ async def jobs_retry(args, cli) -> str:
 
 
 async def _stage_takes_it_again(db, cli, job_id: uuid.UUID) -> None:
-    """As the API's retry: the job's stage has its say first (retry_accepted), and a refusal
-    is bad input (exit 2), as at an enqueue. `--failed` retries in one statement and asks
-    no stage."""
+    """As the API's retry (admission.retry_admitted): a refusal is bad input (exit 2), as at
+    an enqueue. `--failed` retries in one statement and asks no stage."""
     try:
-        await retry_accepted(db, cli.stages, job_id)
-    except RetryRefused as exc:
-        raise cli.bad_input(f"the {exc.stage_type!r} stage refuses job {job_id} again: {exc}") from None
+        await admission.retry_admitted(db, cli.stages, job_id)
+    except admission.NotAdmitted as refused:
+        if refused.code == "job_refused":
+            raise cli.bad_input(f"the {refused.stage!r} stage refuses job {job_id} again: {refused.message}") from None
+        raise cli.bad_input(f"job {job_id}: {refused.message}") from None
 
 
 async def jobs_cancel(args, cli) -> str:

@@ -194,3 +194,12 @@ async def test_the_readmes_stage_runs_as_pasted(dsn, pool, tmp_path):
     assert good.returncode == 0, good.stderr
     summary = json.loads(installed("run-once", cwd=tmp_path, env=env, dsn=dsn).stdout)
     assert summary["jobsDone"] == 1 and summary["summary"]["invoices_sent"] == 1
+
+
+async def test_a_retry_of_a_job_no_loaded_stage_handles_says_so(dsn, pool):
+    # a typo in a plain INSERT, or a plug-in left out: it would wait for ever
+    job_id = await pool.fetchval("INSERT INTO jobs (type, status, attempts, finished_at, last_error) "
+                                 "VALUES ('ehco', 'failed', 3, now(), 'x') RETURNING id")
+    result = cli("jobs", "retry", str(job_id), dsn=dsn)
+    assert result.returncode == 2 and "no stage loaded here handles type 'ehco'" in result.stderr, result.stderr
+    assert await pool.fetchval("SELECT status FROM jobs WHERE id = $1", job_id) == "failed"

@@ -23,7 +23,6 @@ from app.engine.jobs import DEFAULT_LANE, MAX_DEDUPE_KEY_CHARS
 from app.json_values import iso
 from app.runtime import job_json
 from app.pipeline import admission, outcomes
-from app.pipeline.payloads import RetryRefused, retry_accepted
 
 router = APIRouter(tags=["jobs"])
 
@@ -232,12 +231,13 @@ async def _room_to_wait(request: Request, db) -> None:
 
 
 async def _stage_takes_it_again(request: Request, db, job_id: uuid.UUID) -> None:
-    """The retry's stage has its say first (retry_accepted; 422 job_refused). Also, a
+    """A retry is asked what an enqueue is (admission.retry_admitted: 422 unknown_job_type
+    when no loaded stage handles it, job_refused when its stage will not have it). Also, a
     retry's new finished_at kept refused jobs from ever being pruned."""
     try:
-        await retry_accepted(db, request.app.state.runtime.stages, job_id)
-    except RetryRefused as exc:
-        raise ApiError(422, "job_refused", str(exc), {"location": "job.payload", **(exc.details or {})}) from None
+        await admission.retry_admitted(db, request.app.state.runtime.stages, job_id)
+    except admission.NotAdmitted as refused:
+        raise not_admitted(refused, ("job", "payload")) from None
 
 
 async def _current(pool, job_id: uuid.UUID):
@@ -251,8 +251,9 @@ async def _current(pool, job_id: uuid.UUID):
              dependencies=[Depends(only_params())],
              responses={**_NOT_FOUND, 409: {"description": "job_not_failed, or dedupe_key_taken: another "
                                                            "open job has its dedupe key"},
-                        422: {"description": "job_refused: its stage will not have what the job's payload "
-                                             "names (asked as at an enqueue)"},
+                        422: {"description": "unknown_job_type: no stage loaded here handles the job's type "
+                                             "(it would wait for ever); job_refused: its stage will not have "
+                                             "what the job's payload names (asked as at an enqueue)"},
                         429: {"description": "waiting_jobs_limit: TENANT_WAITING_JOBS_MAX jobs already "
                                              "wait in this account's lanes"}})
 async def retry_job(job_id: uuid.UUID, request: Request) -> JSONResponse:

@@ -21,6 +21,7 @@ import asyncpg
 from app.engine import job_admin
 from app.engine.jobs import NewJob, enqueue
 from app.pipeline.payloads import PayloadRefused, check_payload
+from app.pipeline.registry import RESERVED_TYPES
 from app.pipeline.stage import DedupeKeyFixed, JobRefused, Stage
 
 # An insert that meets an open job with its key, whose job then finishes before it is
@@ -34,9 +35,11 @@ class NotAdmitted(Exception):
     `problems`: the payload's, as (place in the payload, message)."""
 
     def __init__(self, code: str, message: str, details: dict[str, Any] | None = None, *,
-                 problems: list[tuple[tuple[str | int, ...], str]] | None = None, status: int = 422) -> None:
+                 problems: list[tuple[tuple[str | int, ...], str]] | None = None, status: int = 422,
+                 stage: str | None = None) -> None:
         super().__init__(message)
         self.code, self.message, self.details, self.problems, self.status = code, message, details or {}, problems, status
+        self.stage = stage  # the stage that refused, for job_refused
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ async def accepted(db, stage: Stage, lane: uuid.UUID, payload: dict[str, Any]) -
     try:
         await stage.people_accept(db, lane, payload)
     except JobRefused as exc:
-        raise NotAdmitted("job_refused", str(exc), exc.details) from None
+        raise NotAdmitted("job_refused", str(exc), exc.details, stage=stage.type) from None
 
 
 async def admit(db, stages: Iterable[Stage], type_: str, payload: Any, *, lane: uuid.UUID,
@@ -103,3 +106,31 @@ async def admit(db, stages: Iterable[Stage], type_: str, payload: Any, *, lane: 
         if row is not None:
             return Admitted(False, row)
     raise NotAdmitted("conflict", "the dedupe key kept changing hands; send the request again", status=409)
+
+
+async def retry_admitted(db, stages: Iterable[Stage], job_id: uuid.UUID) -> None:
+    """A retry of one failed job (the API's, the CLI's) begins it again, so it is asked what
+    an enqueue is asked, on the payload as stored: that a loaded stage handles its type (else
+    it would wait for ever, unremarked), and that the stage's `accepts` still takes it (jobs
+    queued before a stage refused what they name would otherwise be retried again and again,
+    each claimed only to fail). Says nothing of a job that is gone or not failed: the retry
+    answers that."""
+    row = await job_admin.get_job(db, job_id)
+    if row is None or row["status"] != "failed" or row["type"] in RESERVED_TYPES:
+        return
+    stages = list(stages)
+    stage = next((s for s in stages if s.type == row["type"]), None)
+    if stage is None:
+        known = [s.type for s in stages]
+        raise NotAdmitted("unknown_job_type", f"no stage loaded here handles type {row['type'][:100]!r}, so the "
+                          f"job would wait for ever; load it (PIPELINE_STAGES, PIPELINE_PLUGINS) first. The "
+                          f"stages are: {', '.join(known) or 'none'}", {"unknown": [row["type"]], "known": known})
+    if stage.accepts is None:
+        return
+    if not isinstance(row["payload"], dict):  # stored by SQL of someone's own: no hook reads it
+        raise NotAdmitted("job_refused", f"the job's payload is not a JSON object; its stage {stage.type!r} "
+                                         "cannot take it", stage=stage.type)
+    try:
+        await stage.accepts(db, row["lane"], row["payload"])
+    except JobRefused as exc:
+        raise NotAdmitted("job_refused", str(exc), exc.details, stage=stage.type) from None

@@ -22,8 +22,6 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel, ValidationError
 
-from app.engine import job_admin
-from app.pipeline.stage import JobRefused
 
 MAX_DEPTH = 32
 MAX_PROBLEMS = 20
@@ -108,32 +106,3 @@ def _storage_problems(payload: dict[str, Any]) -> Iterator[Problem]:
                 yield Problem(loc, why)
         elif isinstance(value, float) and not math.isfinite(value):
             yield Problem(loc, "must be a finite number (JSON has no NaN or Infinity)")
-
-
-class RetryRefused(JobRefused):
-    """The stage's refusal (its message and details as they are), and which stage it was."""
-    def __init__(self, stage_type: str, message: str, details: dict[str, Any] | None = None) -> None:
-        self.stage_type = stage_type
-        super().__init__(message, details)
-
-
-async def retry_accepted(db, stages, job_id) -> None:
-    """A retry of one failed job (the API's, the CLI's) queues it again, so its stage's
-    `accepts` is asked as at an enqueue, on the payload as stored, which no model may have
-    checked. Jobs queued before a stage refused what they name, or by a producer that does
-    not ask, would otherwise be retried again and again, each claimed only to fail. Raises
-    RetryRefused; says nothing of a job that is gone or not failed (the retry answers that)
-    or whose stage has no say."""
-    row = await job_admin.get_job(db, job_id)
-    if row is None or row["status"] != "failed":
-        return
-    stage = next((s for s in stages if s.type == row["type"]), None)
-    if stage is None or stage.accepts is None:
-        return
-    if not isinstance(row["payload"], dict):  # stored by SQL of someone's own: no hook reads it
-        raise RetryRefused(stage.type, f"the job's payload is not a JSON object; its stage {stage.type!r} "
-                                       "cannot take it")
-    try:
-        await stage.accepts(db, row["lane"], row["payload"])
-    except JobRefused as exc:
-        raise RetryRefused(stage.type, str(exc), exc.details) from None

@@ -160,6 +160,17 @@ async def test_cancel_racing_a_claim_leaves_one_winner(make_client, pool):
             await q.complete(pool, run_id, [job_id])
 
 
+async def test_a_retry_of_a_job_no_loaded_stage_handles_is_refused_naming_it(make_client, pool):
+    client = await client_with_stages(make_client)
+    job_id = await pool.fetchval("INSERT INTO jobs (type, status, attempts, finished_at, last_error) "
+                                 "VALUES ('recrod', 'failed', 3, now(), 'x') RETURNING id")
+    r = await client.post(f"/jobs/{job_id}/retry")
+    assert_error(r, 422, "unknown_job_type")
+    assert "no stage loaded here handles type 'recrod'" in r.json()["error"]["message"]
+    assert r.json()["error"]["details"]["unknown"] == ["recrod"]
+    assert (await f.job_row(pool, job_id))["status"] == "failed"
+
+
 async def test_retry_puts_a_failed_job_back_with_attempts_reset(make_client, pool):
     client = await client_with_stages(make_client)
     job_id, run_id = await _running(pool)
