@@ -20,67 +20,41 @@ $(STAMP): pyproject.toml
 test: $(STAMP) redis-server pgbouncer chromium postgresql-15 promtool
 	$(PY) -m pytest -n 3
 
-# The Redis tests (tests/api/test_redis.py) start and kill a real redis-server of their
-# own on a free port. Installed from Debian's packages when missing and we are root (as
-# in CI); elsewhere those tests are skipped with a note saying how to install it.
-redis-server:
-	@command -v redis-server >/dev/null 2>&1 || { \
+# What some tests use besides Python, each from Debian's packages: installed when missing
+# and we are root (as in CI); elsewhere those tests are skipped with a note saying how.
+# $(call debian_package,CHECK,PACKAGE,THE TESTS THAT NEED IT)
+define debian_package
+	@$(1) || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing redis-server (Debian package) for the Redis tests"; \
+	    echo "installing $(2) (Debian package) for $(3)"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	      --no-install-recommends redis-server >/dev/null; \
+	      --no-install-recommends $(2) >/dev/null; \
 	  else \
-	    echo "redis-server is not installed: the Redis tests will be skipped (apt-get install redis-server)"; \
+	    echo "$(2) is not installed: $(3) will be skipped (apt-get install $(2))"; \
 	  fi; }
+endef
 
-# The pooler tests (tests/pooler/) put a real PgBouncer in transaction mode in front of the
-# test server. Installed like redis-server: from Debian's packages when missing and root.
+# The Redis tests (tests/api/test_redis.py) start and kill a real redis-server of their own.
+redis-server:
+	$(call debian_package,command -v redis-server >/dev/null 2>&1,redis-server,the Redis tests)
+
+# The pooler tests (tests/pooler/) put a real PgBouncer in transaction mode in front of the server.
 pgbouncer:
-	@command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing pgbouncer (Debian package) for the pooler tests"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	      --no-install-recommends pgbouncer >/dev/null; \
-	  else \
-	    echo "pgbouncer is not installed: the pooler tests will be skipped (apt-get install pgbouncer)"; \
-	  fi; }
+	$(call debian_package,command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ],pgbouncer,the pooler tests)
 
 # The dashboard's browser tests (tests/events/test_dashboard_browser.py) drive Debian's
-# chromium through Playwright (Playwright's own browser download is not used). Installed
-# like redis-server; elsewhere those tests are skipped with a note.
+# chromium through Playwright (Playwright's own browser download is not used).
 chromium:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing chromium (Debian package) for the dashboard's browser tests"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	      --no-install-recommends chromium >/dev/null; \
-	  else \
-	    echo "chromium is not installed: the browser tests will be skipped (apt-get install chromium)"; \
-	  fi; }
+	$(call debian_package,command -v chromium >/dev/null 2>&1,chromium,the dashboard's browser tests)
 
-# The oldest PostgreSQL Skiplock supports, for tests/test_normal_role.py (the embedded server
-# is the newest). Installed like redis-server; elsewhere that test's 15 case is skipped.
+# The oldest PostgreSQL Skiplock supports, for tests/test_normal_role.py (the embedded
+# server is the newest); it brings psql too.
 postgresql-15:
-	@[ -x /usr/lib/postgresql/15/bin/postgres ] || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing postgresql-15 (Debian package) for the oldest-server test"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	      --no-install-recommends postgresql-15 >/dev/null; \
-	  else \
-	    echo "PostgreSQL 15 is not installed: the oldest-server test will be skipped (apt-get install postgresql-15)"; \
-	  fi; }
+	$(call debian_package,[ -x /usr/lib/postgresql/15/bin/postgres ],postgresql-15,the tests on the oldest PostgreSQL)
 
-# promtool checks the alert rules in docs/alerts/ (tests/test_horizon_view.py); it comes
-# with Debian's prometheus package. Installed like redis-server; elsewhere those tests are skipped.
+# promtool (Debian's prometheus) checks the alert rules in docs/alerts/ (tests/test_horizon_view.py).
 promtool:
-	@command -v promtool >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing prometheus (Debian package) for promtool, which checks the alert rules"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	      --no-install-recommends prometheus >/dev/null; \
-	  else \
-	    echo "promtool is not installed: the alert rules' tests will be skipped (apt-get install prometheus)"; \
-	  fi; }
+	$(call debian_package,command -v promtool >/dev/null 2>&1,prometheus,the alert rules' tests)
 
 bench: $(STAMP)
 	$(PY) -m bench

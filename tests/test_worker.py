@@ -28,6 +28,13 @@ async def wait_until(predicate, timeout=10.0, every=0.02):
     return False
 
 
+async def idle_worker(pool) -> bool:
+    """The worker is idle: its first run is open and has done its housekeeping."""
+    return await wait_until(lambda: pool.fetchval(
+        "SELECT EXISTS (SELECT 1 FROM runs WHERE trigger = 'worker') AND NOT EXISTS "
+        "(SELECT 1 FROM jobs WHERE type = 'maintenance' AND status <> 'done')"))
+
+
 async def test_worker_wakes_on_notify_well_before_its_poll(pool, dsn):
     done = asyncio.Event()
 
@@ -38,10 +45,7 @@ async def test_worker_wakes_on_notify_well_before_its_poll(pool, dsn):
     worker = Worker(pool, dsn, [Stage(type="t", handler=handle)], settings)
     task = asyncio.create_task(worker.run())
     try:
-        # idle: its first run is open and has done its housekeeping
-        assert await wait_until(lambda: pool.fetchval(
-            "SELECT EXISTS (SELECT 1 FROM runs WHERE trigger = 'worker') AND NOT EXISTS "
-            "(SELECT 1 FROM jobs WHERE type = 'maintenance' AND status <> 'done')"))
+        assert await idle_worker(pool)
         await asyncio.sleep(0.2)
         started = time.monotonic()
         await q.enqueue(pool, NewJob(type="t"))
@@ -70,9 +74,7 @@ async def test_a_retried_job_wakes_the_worker_well_before_its_poll(pool, dsn):
     worker = Worker(pool, dsn, [Stage(type="t", handler=fail_once, max_attempts=1)], settings)
     task = asyncio.create_task(worker.run())
     try:
-        assert await wait_until(lambda: pool.fetchval(
-            "SELECT EXISTS (SELECT 1 FROM runs WHERE trigger = 'worker') AND NOT EXISTS "
-            "(SELECT 1 FROM jobs WHERE type = 'maintenance' AND status <> 'done')"))
+        assert await idle_worker(pool)
         await asyncio.sleep(0.2)
         started = time.monotonic()
         # a retry in plain SQL, as an operator in psql would (the API and the CLI do the same)
