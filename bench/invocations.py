@@ -39,17 +39,19 @@ TARGET_ROUND_TRIPS_PER_BATCH = 3
 TARGET_OVER_PGQUEUER = 3.0
 
 
-async def _spawn(dsn: str, k: int, batch: int, concurrency: int, cap: float) -> list[dict]:
-    """k `run-once` processes at once; each one's run JSON and counts."""
+async def _spawn(dsn: str, k: int, batch: int, concurrency: int, cap: float,
+                 env: dict[str, str] | None = None) -> list[dict]:
+    """k `run-once` processes at once; each one's run JSON and counts. env: settings to
+    change for them (other stages or plug-ins: bench/shapes.py)."""
     procs = []
     for _ in range(k):
         counts = Path(tempfile.mkstemp(prefix="skiplock-bench-counts-", suffix=".json")[1])
-        env = {**os.environ, "DATABASE_URL": dsn, "PIPELINE_STAGES": "bench.noop_stage:STAGES",
-               "PIPELINE_PLUGINS": "", "BENCH_BATCH": str(batch), "BENCH_CONCURRENCY": str(concurrency),
-               "BENCH_COUNTS": str(counts), "PIPELINE_BUDGET_SECONDS": str(int(cap))}
+        child = {**os.environ, "DATABASE_URL": dsn, "PIPELINE_STAGES": "bench.noop_stage:STAGES",
+                 "PIPELINE_PLUGINS": "", "BENCH_BATCH": str(batch), "BENCH_CONCURRENCY": str(concurrency),
+                 "BENCH_COUNTS": str(counts), "PIPELINE_BUDGET_SECONDS": str(int(cap)), **(env or {})}
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bench.counted", "run-once", "--trigger", "bench", cwd=str(ROOT),
-            env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            env=child, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         procs.append((proc, counts))
     out = []
     for proc, counts in procs:
@@ -65,7 +67,8 @@ async def _spawn(dsn: str, k: int, batch: int, concurrency: int, cap: float) -> 
             raise RuntimeError(f"run-once failed ({proc.returncode}): {stderr.decode()[-800:]}") from None
         c = json.loads(counts.read_text() or "{}")
         counts.unlink(missing_ok=True)
-        out.append({"run": run, "round_trips": c.get("writes"), "connections": c.get("connections")})
+        out.append({"run": run, "round_trips": c.get("writes"), "connections": c.get("connections"),
+                    "claim_statements": c.get("claim_statements")})
     return out
 
 
