@@ -51,7 +51,7 @@ import traceback
 from pathlib import Path
 
 from bench import (claim_latency, coldstart, drain, events, floor, horizon, invocations, machine, metrics, paired,
-                   paired_ten, peers)
+                   paired_ten, peers, shapes)
 from bench.server import Server
 from bench.sampling import said
 
@@ -67,7 +67,7 @@ LANES_DRAIN_CAMPAIGNS = 100_000
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--only", choices=["drain", "events", "claim", "lanes", "lanes-drain", "peers", "paired", "paired-ten", "floor", "coldstart", "metrics",
-                                       "invocations", "horizon"],
+                                       "invocations", "horizon", "shapes"],
                    help="run one part only")
     p.add_argument("--n", type=int, default=20_000, help="jobs per drain (default 20000)")
     p.add_argument("--workers", type=int, default=10, help="overlapping pipeline runs (default 10)")
@@ -183,6 +183,13 @@ async def main(args) -> dict:
             out["paired_ten"] = await _guard(paired_ten.run(server, peers_dir=args.peers_dir,
                                                             rounds=max(args.repeats, 5), n=args.n,
                                                             cap=args.drain_cap * 3, log=_log), server.meter)
+        if args.only == "shapes":  # issue 37: many stages, a plug-in, handlers that wait (bench/shapes.py)
+            _log(f"\n[8] pipeline shapes: one run-once per drain, {args.n:,} jobs, batch 50, concurrency 10, "
+                 f"pgqueuer 1.6.0 beside it, {args.repeats} rounds")
+            out["shapes"] = await _guard(shapes.run(server, peers_dir=args.peers_dir, n=args.n,
+                                                    rounds=args.repeats, cap=args.drain_cap,
+                                                    log=_log), server.meter)
+            shapes.record(out, RESULTS, log=_log)
         if args.only == "floor":  # a diagnostic of issue 12's half-the-bare-loop target, on demand
             _log(f"\n[4d] from the bare loop to the pipeline, step by step, ten connections, batch 25, "
                  f"{args.n:,} jobs, medians of the rounds")
@@ -278,6 +285,7 @@ def _targets(out: dict) -> dict:
     t.update(invocations.targets(out))
     t.update(paired.targets(out))
     t.update(paired_ten.targets(out))
+    t.update(shapes.targets(out))
     st = out.get("statements", {}).get("results", {}).get("mixed")
     drains = [x for r in d.values() for x in r["runs"]]
     if st and drains:
@@ -339,6 +347,7 @@ def _table(out: dict) -> str:
     lines += ([""] + floor.table(out["floor"])) if "floor" in out else []
     lines += invocations.table(out)
     lines += horizon.table(out)
+    lines += shapes.table(out)
     c = out.get("claim", {})
     if c.get("results"):
         lines += ["", f"Fair claim of 25 (ms), {c['pending']:,} pending over {c['campaigns']:,} campaigns, "
