@@ -114,8 +114,17 @@ def _log(msg: str) -> None:
     print(msg, flush=True)
 
 
+def _shown(path: Path) -> str:
+    """A path as the results record it: from the repository's top when inside it (a
+    reader's checkout is elsewhere)."""
+    try:
+        return str(path.resolve().relative_to(RESULTS.parent.parent))
+    except ValueError:
+        return str(path)
+
+
 async def main(args) -> dict:
-    out: dict = {"machine": machine.facts(), "args": {k: (str(v) if isinstance(v, Path) else v)
+    out: dict = {"machine": machine.facts(), "args": {k: (_shown(v) if isinstance(v, Path) else v)
                                                       for k, v in vars(args).items()}}
     _log(f"machine: {out['machine']['nproc']} CPUs ({out['machine']['cpu_model']}), "
          f"{out['machine']['memory_gib']} GiB, Python {out['machine']['python']}, "
