@@ -436,6 +436,9 @@ def record(out: dict, results_dir: Path, log=print) -> None:
             break
         path = results_dir / f"shapes-{date}{suffix}.json"
     results_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({k: out.get(k) for k in ("machine", "postgres", "args", "shapes")},
-                               indent=1, default=str) + "\n")
+    kept = {k: out.get(k) for k in ("machine", "postgres", "args", "shapes")}
+    # a committed result names no path outside the repository (the peers' scripts live elsewhere)
+    kept["args"] = {k: v for k, v in (kept["args"] or {}).items()
+                    if not (isinstance(v, str) and v.startswith("/") and not Path(v).is_relative_to(ROOT))}
+    path.write_text(json.dumps(kept, indent=1, default=str) + "\n")
     log(f"  shapes results in {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
