@@ -14,7 +14,7 @@ from app.cli_jobs import RUN_COLUMNS, _json_arg, _run_line, acting_as_cli
 from app.cli_output import fields, render, span, table
 from app.engine import queue_stats
 from app.engine import runs as run_log
-from app.runtime import run_json
+from app.runtime import handled_types, run_json
 
 RECENT_SECONDS = 24 * 3600
 LAST_RUNS = 5
@@ -45,7 +45,8 @@ async def read_status(db, cli) -> dict[str, Any]:
             "maintenance": {"lastTickSecondsAgo": tick, "scheduledHere": cli.settings.run_scheduler},
             "periodic": [{"type": s.type, "everySeconds": s.every, "lastEnqueuedSecondsAgo": ticks.get(s.type)}
                          for s in periodic],
-            "plugins": gauges, "horizon": await queue_stats.horizon(db)}
+            "plugins": gauges, "horizon": await queue_stats.horizon(db),
+            "unhandled": queue_stats.unhandled(list(depth.values()), handled_types(cli.stages))}
 
 
 def horizon_text(h: dict[str, Any]) -> str:
@@ -85,6 +86,10 @@ def status_text(s: dict[str, Any]) -> str:
               for p in s["periodic"]]
     facts += [(f"{g['plugin']} {g['name']}", g["value"]) for g in s["plugins"]]
     sections = [stages, fields(facts)]
+    if s["unhandled"]:
+        sections.append("waiting for a stage that is not loaded here (a typo in an INSERT, or a plug-in left "
+                        "out: PIPELINE_STAGES, PIPELINE_PLUGINS):\n"
+                        + table(s["unhandled"], [("TYPE", "type"), ("PENDING", "pending")]))
     if s["horizon"]["heldTooLong"]:
         sections.append(horizon_text(s["horizon"]))
     return "\n\n".join([*sections, "last runs:\n" + table([_run_line(r) for r in s["lastRuns"]], RUN_COLUMNS)])

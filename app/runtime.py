@@ -23,7 +23,7 @@ from app.engine.db import create_pool
 from app.engine.queries import query
 from app.json_values import iso
 from app.pipeline.loop import Pipeline, RunResult
-from app.pipeline.registry import check_stages, load_stages
+from app.pipeline.registry import RESERVED_TYPES, check_stages, load_stages
 from app.pipeline.run_record import OPEN_RETRY_SECONDS, RunNotRecorded, retrying
 from app.pipeline.stage import Stage
 from app.plugin import Plugin, load_plugins, plugin_stages
@@ -156,6 +156,11 @@ def job_json(r: Mapping[str, Any]) -> dict[str, Any]:
         "batchId": text(r["batch_id"]), "lane": str(r["lane"]), "total": r["total"],
         "progress": r["progress"], "createdAt": iso(r["created_at"]), "finishedAt": iso(r["finished_at"]),
     }
+
+
+def handled_types(stages: list[Stage]) -> list[str]:
+    """The job types a pipeline of these stages runs: theirs and the pipeline's own."""
+    return [*RESERVED_TYPES, *(s.type for s in stages if s.type not in RESERVED_TYPES)]
 
 
 def configured_stages(settings: Settings, plugins: list[Plugin]) -> list[Stage]:

@@ -28,7 +28,7 @@ from app.engine import queue_stats
 from app.engine import runs as run_log
 from app.engine.queries import query
 from app.json_values import iso
-from app.runtime import run_json
+from app.runtime import handled_types, run_json
 
 router = APIRouter(tags=["dashboard"])        # tenant routes: GET /stats
 page_router = APIRouter(include_in_schema=False)  # the page and its assets: no key needed to load them
@@ -90,7 +90,8 @@ async def stats(request: Request) -> JSONResponse:
     job's age, the busiest lanes, the last runs and a day of per-run counts (admins: runs
     are the operator's), failed and retrying jobs, batches with progress, the plug-ins' panels,
     `horizon` (admins; null for a tenant): what holds back VACUUM's horizon, for how long,
-    and the queue tables' dead row versions, and
+    and the queue tables' dead row versions, `unhandled`: the types waiting that no stage
+    loaded here handles (they would wait for ever), and
     `room` / `head`: the event room this key follows and its last seq when this was read
     (read first, so any later change arrives as an event)."""
     only_params()(request)
@@ -125,10 +126,12 @@ async def stats(request: Request) -> JSONResponse:
     # the database's state is the operator's; read as skiplock_admin, which sees another
     # role's session's start and query only when granted pg_read_all_stats
     horizon = await queue_stats.horizon(db) if actor.is_admin else None
+    unhandled = queue_stats.unhandled([{"type": q["type"], "pending": q["ready"] + q["waiting"]} for q in queue],
+                                      handled_types(runtime.stages))
     return JSONResponse({
         "at": datetime.now(timezone.utc).isoformat(), "admin": actor.is_admin,
         "account": str(actor.user_id) if actor.user_id else None, "email": actor.email,
         "room": room, "head": head, "replay": runtime.settings.events_replay,
         "queue": queue, "totals": totals, "lanes": lanes, "runs": runs, "chart": chart,
-        "trouble": trouble, "batches": batches, "panels": panels, "horizon": horizon,
+        "trouble": trouble, "batches": batches, "panels": panels, "horizon": horizon, "unhandled": unhandled,
     }, headers={"Cache-Control": "no-store"})

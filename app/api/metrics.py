@@ -21,7 +21,7 @@ from app.api.errors import ApiError
 from app.api.params import only_params
 from app.engine import queue_stats
 from app.engine.accounts import authenticate
-from app.runtime import database_errors
+from app.runtime import database_errors, handled_types
 
 router = APIRouter(tags=["operations"])
 
@@ -43,8 +43,9 @@ async def require_metrics_reader(request: Request) -> None:
         raise ApiError(403, "forbidden", "metrics span every tenant: they need METRICS_TOKEN or an admin API key")
 
 
-async def read_metrics(pool, plugins, settings) -> list:
-    """Every metric family, read in one read-only snapshot."""
+async def read_metrics(pool, plugins, settings, handled: list[str] | None = None) -> list:
+    """Every metric family, read in one read-only snapshot. `handled`: the job types this
+    process runs (runtime.handled_types); None leaves the unhandled gauge out."""
     from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                         HistogramMetricFamily)
 
@@ -111,6 +112,13 @@ async def read_metrics(pool, plugins, settings) -> list:
         live.add_metric([t["table_name"]], t["live"])
 
     families = [jobs, paused, oldest, run_count, duration, running, ended, snapshot_age, snapshot_xids, dead, live]
+    if handled is not None:
+        stray = GaugeMetricFamily(f"{PREFIX}_unhandled_jobs", "pending jobs of a type no stage loaded here "
+                                  "handles (a typo in an INSERT, a plug-in left out): they wait for ever",
+                                  labels=["type"])
+        for row in queue_stats.unhandled(depth, handled):
+            stray.add_metric([row["type"]], row["pending"])
+        families.append(stray)
     if tick is not None:
         families.append(GaugeMetricFamily(
             f"{PREFIX}_maintenance_tick_age_seconds",
@@ -145,7 +153,8 @@ async def metrics(request: Request) -> Response:
 
     runtime = request.app.state.runtime
     with database_errors():
-        families = await read_metrics(await owner_pool_of(request), runtime.plugins, runtime.settings)
+        families = await read_metrics(await owner_pool_of(request), runtime.plugins, runtime.settings,
+                                      handled_types(runtime.stages))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Families(families))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -5,6 +5,7 @@ run): for /metrics, `skiplock status` and readiness. Each reading is one named q
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from app.engine.queries import query
 
@@ -29,6 +30,16 @@ class RunTotals:
     runs: int = 0
     seconds: float = 0.0
     buckets: list[int] = field(default_factory=lambda: [0] * len(DURATION_BOUNDS))
+
+
+def unhandled(depth: list[dict], handled: Iterable[str]) -> list[dict]:
+    """Of queue_depth's rows, the job types waiting that no stage handles here (a typo in
+    a plain INSERT, a plug-in left out): {type, pending}, most first. They would wait for
+    ever, unremarked. `handled`: every type this process runs, the pipeline's own included."""
+    known = set(handled)
+    rows = [{"type": r["type"], "pending": r["pending"]} for r in depth
+            if r["type"] not in known and r["pending"]]
+    return sorted(rows, key=lambda r: (-r["pending"], r["type"]))
 
 
 async def run_totals(db) -> list[RunTotals]:

@@ -112,6 +112,11 @@ function renderQueue(stats) {
   fill($("queue-table").tBodies[0], stats.queue.map((q) => el("tr", { "data-type": q.type },
     el("th", { scope: "row", text: q.type }), num(q.ready), num(q.waiting), num(q.running), num(q.failed),
     num(q.done), el("td", { text: age(q.oldestReadySeconds) }))), 7, "No jobs: the queue is empty.");
+  // jobs of a type no stage handles here wait for ever: say so, as `skiplock status` does
+  const stray = stats.unhandled || [];
+  $("unhandled").hidden = stray.length === 0;
+  $("unhandled").textContent = stray.length === 0 ? "" : "Waiting for a stage that is not loaded here (a typo in an "
+    + "INSERT, or a plug-in left out): " + stray.map((u) => `${u.type} (${u.pending})`).join(", ") + ".";
 }
 
 function renderTrouble(stats) {
