@@ -170,7 +170,9 @@ async def crawl(job: Job, ctx: Context) -> None:
     await spend_fetch(ctx, campaign_id)
     resp = await client.get(page["url"])
     ctx.count("pages_fetched")
+    await ctx.progress(1, 2)  # fetched (the slow half): the campaign's batch bar moves now
     await store_response(ctx, campaign_id, page, resp)
+    await ctx.progress(2, 2)
 
 
 async def crawl_gave_up(job: Job, ctx: Context) -> None:

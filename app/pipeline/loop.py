@@ -480,7 +480,7 @@ class Pipeline:
             return
         limit = min(stage.timeout, hard_deadline - now)
         try:
-            await self._guarded(stage, limit, stage.handler(job, ctx), f"the handler of job {job.id}")
+            await self._guarded(stage, limit, stage.handler(job, ctx.for_job(job)), f"the handler of job {job.id}")
         except TimeoutError:
             # cut by the platform limit or a shutdown, not by its own timeout: deferred
             if self._stopping or limit < stage.timeout:

@@ -15,6 +15,7 @@ from typing import Any, Awaitable, Callable
 
 from pydantic import BaseModel
 
+from app.engine.batches import report_progress
 from app.engine.jobs import Job, Lease
 from app.engine.runs import QUOTA_STOP_REASONS
 
@@ -266,6 +267,7 @@ class Context:
     settings: Any
     deadline: float  # time.monotonic() at which the run stops claiming
     tally: Tally
+    job: Job | None = None  # the job a handler was given this context with (not a batch_handler's)
 
     def time_left(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
@@ -280,3 +282,16 @@ class Context:
 
     def with_db(self, db: Any) -> "Context":
         return replace(self, db=db)
+
+    def for_job(self, job: Job) -> "Context":
+        return replace(self, job=job)
+
+    async def progress(self, done: int, total: int | None = None, *, job: Job | None = None) -> None:
+        """How far the job got, in units of the stage's choosing (`total`: out of how many,
+        when it is known); a batch's progress bar and its live `batch.progress` events add
+        its jobs' up. Written only while this run holds the job. A batch_handler names
+        the job."""
+        job = job or self.job
+        if job is None:
+            raise ValueError("ctx.progress needs the job: a batch_handler passes job=")
+        await report_progress(self.db, self.run_id, job.id, done, total)

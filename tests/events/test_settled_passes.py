@@ -24,6 +24,9 @@ from app.engine.db import connect as db_connect
 from app.engine.runs import beat
 from app.engine.tenancy import acting
 from app.events.hub import EventHub
+from app.pipeline.loop import Pipeline
+from app.pipeline.stage import Stage
+from app.settings import load_settings
 from tests.events.conftest import PERSON, pool_getter
 from tests.factories import jobs, lease, run
 
@@ -236,3 +239,32 @@ async def test_a_person_changing_a_batch_is_told_at_once(pool, tenants):
     assert await pool.fetchval("SELECT count(*) FROM settled_backlog") == 0
     rows = await pool.fetch("SELECT seq, type, data FROM events WHERE room = $1", f"batch:{batch}")
     assert [(r["seq"], r["type"], r["data"]["jobs"], r["data"]["failed"]) for r in rows] == [(1, "batch.progress", 2, 1)]
+
+
+async def test_a_handler_reports_progress_through_its_context_and_the_batch_is_told(pool, tenants):
+    a, _, _ = tenants
+    batch = await pool.fetchval("INSERT INTO batches (lane) VALUES ($1) RETURNING id", a.lane)
+    [job_id] = await jobs(pool, "steps", 1, lane=a.lane, batch_id=batch)
+    seen = []
+
+    async def three_steps(job, ctx):
+        for done in (1, 2):
+            await ctx.progress(done, 3)
+            seen.append(await pool.fetchrow("SELECT progress, total FROM jobs WHERE id = $1", job.id))
+
+    async def batched(batch_jobs, ctx):
+        await ctx.progress(7, 9, job=batch_jobs[0])  # a batch_handler names the job
+
+    result = await Pipeline(pool, [Stage(type="steps", handler=three_steps)],
+                            load_settings(pipeline_plugins="", run_scheduler=False)).run("manual")
+    assert result.jobs_done == 1
+    assert [(r["progress"], r["total"]) for r in seen] == [(1, 3), (2, 3)]
+    # told live: the batch's progress, counted from its job, once the run numbers what it parked
+    data = [r["data"] for r in await pool.fetch(
+        "SELECT data FROM events WHERE room = $1 AND type = 'batch.progress' ORDER BY seq", f"batch:{batch}")]
+    assert data and (data[-1]["progress"], data[-1]["total"], data[-1]["done"]) == (2, 3, 1)
+
+    [other] = await jobs(pool, "lot", 1, lane=a.lane)
+    await Pipeline(pool, [Stage(type="lot", batch_handler=batched)],
+                   load_settings(pipeline_plugins="", run_scheduler=False)).run("manual")
+    assert tuple(await pool.fetchrow("SELECT progress, total FROM jobs WHERE id = $1", other)) == (7, 9)
