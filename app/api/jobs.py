@@ -198,12 +198,17 @@ async def create_job(body: JobIn, request: Request) -> JSONResponse:
                        {"unknown": [body.type], "known": known})
     pool = await pool_of(request)
     lane = body.lane or DEFAULT_LANE
-    if body.lane is not None and not request.state.actor.is_admin \
-            and await job_admin.visible_lane(pool, lane) is None:
+    if not request.state.actor.is_admin:
         # not there, or another tenant's (row-level security hides it): the same answer.
-        # An admin's job makes its lane, ownerless, as a plain INSERT does; a tenant's
-        # job without a lane is ownerless work, which row-level security refuses (403).
-        raise ApiError(422, "unknown_lane", f"no lane {lane}", {"lane": str(lane)})
+        # An admin's job makes its lane, ownerless, as a plain INSERT does. A tenant's job
+        # without a lane would be ownerless work: refused here as docs/api.md says, not
+        # left to row-level security's 403 (the all-zero lane, named, is no tenant's either).
+        if body.lane is None:
+            raise ApiError(422, "unknown_lane", "name one of this account's lanes in 'lane': a tenant's job "
+                                                "needs one (the default lane is ownerless work, admin keys only)",
+                           {"lane": None})
+        if lane == DEFAULT_LANE or await job_admin.visible_lane(pool, lane) is None:
+            raise ApiError(422, "unknown_lane", f"no lane {lane}", {"lane": str(lane)})
     await _room_to_wait(request, pool)
     runtime = request.app.state.runtime
     try:

@@ -204,6 +204,12 @@ async def test_a_pooled_connection_carries_nothing_after_a_request(make_client, 
     # a lane that is nobody's yet is not a tenant's to make
     nowhere = await client.post("/jobs", json={"type": "record", "lane": str(uuid.uuid4())}, headers=a.headers)
     assert nowhere.status_code == 422 and nowhere.json()["error"]["code"] == "unknown_lane"
+    # no lane at all (ownerless work) answers as docs/api.md says, not row-level security's 403;
+    # nor may a tenant name the all-zero lane itself
+    for body in ({"type": "record"}, {"type": "record", "lane": str(uuid.UUID(int=0))}):
+        missing = await client.post("/jobs", json=body, headers=a.headers)
+        assert missing.status_code == 422 and missing.json()["error"]["code"] == "unknown_lane", missing.text
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE lane = $1", uuid.UUID(int=0)) == 0
     runtime = client._transport.app.state.runtime
     pool = await runtime.pool()
     async with pool.acquire() as one, pool.acquire() as other:  # every connection those requests used
