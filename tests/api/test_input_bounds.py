@@ -198,13 +198,32 @@ async def test_undeclared_methods_are_405_and_unknown_paths_404_before_any_key(m
     client = await make_client(stages=[Recorder("record").stage], via=via)
     k = key()
     assert (await client.post("/jobs", json={"type": "record"}, headers=k)).status_code == 201
-    for method, path, allowed in (("PATCH", "/cron/pipeline", "GET, POST"), ("PUT", "/jobs", "GET, POST"),
-                                  ("DELETE", f"/jobs/{uuid.uuid4()}", "GET"), ("TRACE", "/cron/pipeline", "GET, POST")):
+    for method, path, allowed in (("PATCH", "/cron/pipeline", "GET, POST"), ("PUT", "/jobs", "GET, HEAD, POST"),
+                                  ("DELETE", f"/jobs/{uuid.uuid4()}", "GET, HEAD"),
+                                  ("TRACE", "/cron/pipeline", "GET, POST")):
         r = await client.request(method, path, headers={**k, **AUTH} if "cron" in path else k)
         error = assert_error(r, 405, "method_not_allowed")
         assert r.headers["allow"] == allowed and error["details"] == {"allowed": allowed.split(", ")}
     assert_error(await client.post("/nowhere", headers=k, content=b"x" * 10), 404, "not_found")
     assert await pool.fetchval("SELECT count(*) FROM idempotency_keys") == 1
+
+
+async def test_head_answers_as_get_without_a_body(make_client, pool, via):
+    """HEAD was a 405 on every FastAPI route (/health/live included): now the GET's status and
+    headers, no body; auth still applies. Never on the trigger, whose GET runs the pipeline."""
+    client = await make_client(stages=[Recorder("record").stage], via=via)
+    assert (await client.post("/jobs", json={"type": "record"})).status_code == 201
+    for path in ("/health/live", "/jobs?limit=1", "/openapi.json", "/dashboard"):
+        get, head = await client.get(path), await client.head(path)
+        assert head.status_code == get.status_code == 200, (path, head.status_code)
+        assert head.content == b"" and get.content, path
+        assert head.headers["content-type"] == get.headers["content-type"], path
+        assert head.headers["content-length"] == get.headers["content-length"], path
+    unauthorized = await client.head("/jobs", headers={"Authorization": "Bearer nope"})
+    assert unauthorized.status_code == 401 and unauthorized.content == b""
+    trigger = await client.head("/cron/pipeline", headers=AUTH)
+    assert trigger.status_code == 405 and trigger.headers["allow"] == "GET, POST"
+    assert await pool.fetchval("SELECT count(*) FROM runs") == 0
 
 
 # -- idempotency: authenticated first, scoped by the key's id -------------------------
