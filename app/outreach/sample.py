@@ -47,6 +47,26 @@ def robots_txt(prefix: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def _site_files():
+    """StaticFiles whose directory redirect (/blog -> /blog/) is relative to the request's
+    own path. Starlette's names the request's Host header, so `Host: evil.example` made
+    this app redirect a browser to evil.example (an open redirect on the API's origin)."""
+    from starlette.staticfiles import StaticFiles
+
+    class SiteFiles(StaticFiles):
+        async def get_response(self, path: str, scope):
+            response = await super().get_response(path, scope)
+            if 300 <= response.status_code < 400 and "location" in response.headers:
+                raw = scope.get("raw_path") or scope["path"].encode()
+                segment = raw.rsplit(b"/", 1)[-1].decode("latin-1")
+                query = scope.get("query_string", b"").decode("latin-1")
+                # "./" first: a segment with a colon must not read as a scheme (a:b/)
+                response.headers["location"] = f"./{segment}/" + (f"?{query}" if query else "")
+            return response
+
+    return SiteFiles(directory=SITE_DIR, html=True)
+
+
 def _robots_route(prefix: str):
     from starlette.responses import PlainTextResponse
     from starlette.routing import Route
@@ -62,18 +82,14 @@ def sample_site_app():
     """An ASGI app (Starlette) serving the site at its root."""
     from starlette.applications import Starlette
     from starlette.routing import Mount
-    from starlette.staticfiles import StaticFiles
 
-    return Starlette(routes=[_robots_route(""),
-                             Mount("/", app=StaticFiles(directory=SITE_DIR, html=True))])
+    return Starlette(routes=[_robots_route(""), Mount("/", app=_site_files())])
 
 
 def mount_sample_site(app, path: str = "/sample") -> None:
     """Serve the sample site at `path` of `app` (a Starlette or FastAPI app), and its
     robots.txt rules at the app's /robots.txt, where crawlers look for them."""
-    from starlette.staticfiles import StaticFiles
-
-    app.mount(path.rstrip("/"), StaticFiles(directory=SITE_DIR, html=True), name="sample_site")
+    app.mount(path.rstrip("/"), _site_files(), name="sample_site")
     app.router.routes.append(_robots_route(path))
 
 

@@ -59,3 +59,27 @@ async def test_the_first_tick_finds_the_contacts_and_drafts_them(pool, make_app,
 def test_robots_rules_move_with_the_mount():
     assert "Disallow: /private/" in robots_txt()
     assert "Disallow: /sample/private/" in robots_txt("/sample/")
+
+
+@pytest.mark.parametrize("make_app, prefix", [(sample_site_app, ""), (mounted_app, "/sample")],
+                         ids=["standalone", "mounted"])
+def test_the_directory_redirect_never_names_the_requests_host(make_app, prefix):
+    """The red team's open redirect: GET /sample/blog with `Host: evil.example` answered
+    `Location: http://evil.example/sample/blog/`. Now the Location is relative to the request's
+    own path, whatever Host, X-Forwarded-Host or path it names."""
+    import httpx
+    from urllib.parse import urljoin
+
+    with ServerThread(make_app()) as server:
+        with httpx.Client(base_url=server.url, follow_redirects=False) as client:
+            for path, headers in ((f"{prefix}/blog", {"Host": "evil.example"}),
+                                  (f"{prefix}/blog?x=1", {"Host": "evil.example:443", "X-Forwarded-Host": "evil.example"}),
+                                  (f"{prefix}/blog", {"Host": "//evil.example"})):
+                r = client.get(path, headers=headers)
+                assert r.status_code == 307, (path, r.status_code)
+                location = r.headers["location"]
+                assert "evil" not in location and location.startswith("./blog/"), location
+                target = urljoin(f"{server.url}{path}", location)
+                assert target.startswith(f"{server.url}{prefix}/blog/"), target
+            # followed from the real origin, it lands on the page
+            assert client.get(f"{prefix}/blog", follow_redirects=True).status_code == 200
