@@ -3,7 +3,9 @@ held on another connection is named (pid, application_name, how long, how many x
 behind) by the named query, /metrics, `skiplock status` and the dashboard's GET /stats
 and page, with the dead row versions VACUUM could not remove behind it; once it ends the
 gauge drops and VACUUM removes them. A prepared transaction and a logical slot are named
-too (a server of the test's own, with both switched on). The alert rules in docs/alerts
+too (a server of the test's own, with both switched on), and so is the slot of a real
+hot standby with hot_standby_feedback whose held snapshot keeps the primary's VACUUM
+from removing rows. The alert rules in docs/alerts
 pass `promtool check rules`, and the two horizon alerts fire after their wait (`promtool test rules`)."""
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 from contextlib import asynccontextmanager
 from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import asyncpg
 import httpx
@@ -27,7 +32,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.api.main import create_app
 from app.cli import main as cli_main
 from app.cli_status import horizon_text
+from app.devdb import SYSTEM_USER, _bin_dir, _free_port
 from app.engine import queue_stats
+from app.engine.db import connect
 from app.settings import get_settings, load_settings
 from tests import factories
 from tests.events.test_dashboard_browser import CHROMIUM, Served, _open, browser  # noqa: F401 (a fixture)
@@ -238,6 +245,85 @@ async def test_a_prepared_transaction_and_a_slot_are_named(two_phase_server, mon
         assert await queue_stats.horizon_holders(db) == []
     finally:
         await db.close()
+
+
+@asynccontextmanager
+async def replica_of(primary_dsn: str, slot: str):
+    """A hot standby of the primary, streaming through `slot` with hot_standby_feedback on:
+    the DSN of its own. A real pg_basebackup and a second server, stopped afterwards."""
+    url = urlsplit(primary_dsn)
+    folder = Path(tempfile.mkdtemp(prefix="skiplock-replica-"))  # not tmp_path: the server's user must reach it
+    run_as = {"user": SYSTEM_USER} if os.geteuid() == 0 else {}
+    if run_as:
+        shutil.chown(folder, SYSTEM_USER)
+    pgdata = folder / "pgdata"
+    port = _free_port()
+    try:
+        await asyncio.to_thread(subprocess.run, [
+            str(_bin_dir() / "pg_basebackup"), "-D", str(pgdata), "-R", "-S", slot, "-X", "stream", "-c", "fast",
+            "-h", url.hostname, "-p", str(url.port), "-U", url.username],
+            env={**os.environ, "PGPASSWORD": unquote(url.password)}, check=True, capture_output=True, **run_as)
+        # a hot standby needs max_connections as high as its primary's (LocalPostgres: 200)
+        started = await asyncio.to_thread(subprocess.run, [
+            str(_bin_dir() / "pg_ctl"), "-D", str(pgdata), "-l", str(folder / "server.log"), "-w", "-o",
+            f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories='' -c max_connections=200 "
+            "-c hot_standby_feedback=on -c wal_receiver_status_interval=1", "start"],
+            capture_output=True, **run_as)
+        assert started.returncode == 0, (folder / "server.log").read_text()[-2000:]
+        yield urlunsplit(url._replace(netloc=f"{url.username}:{url.password}@127.0.0.1:{port}"))
+    finally:
+        await asyncio.to_thread(subprocess.run, [str(_bin_dir() / "pg_ctl"), "-D", str(pgdata), "-m", "fast",
+                                                 "-w", "stop"], capture_output=True, **run_as)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def wait_for(predicate, seconds: float = 15.0):
+    """Poll the async `predicate` until it returns something true; that value."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not (found := await predicate()):
+        assert asyncio.get_running_loop().time() < deadline, "not within the time"
+        await asyncio.sleep(0.2)
+    return found
+
+
+async def test_a_replicas_query_holds_the_primarys_horizon_through_its_slot(two_phase_server):
+    """hot_standby_feedback: a snapshot held on the replica keeps the primary's VACUUM from
+    removing what it may see, and the replica's slot is named as the holder."""
+    primary = await connect(two_phase_server)
+    await primary.execute("SELECT pg_create_physical_replication_slot('reports_replica')")
+    try:
+        async with replica_of(two_phase_server, "reports_replica") as replica_dsn:
+            report = await wait_for(lambda: _connect_or_none(replica_dsn))
+            tr = report.transaction(isolation="repeatable_read", readonly=True)
+            await tr.start()
+            await report.fetchval("SELECT count(*) FROM jobs")
+
+            async def slot_holds():
+                return [h for h in await queue_stats.horizon_holders(primary, 10)
+                        if h["kind"] == "slot" and h["name"] == "reports_replica"]
+            await factories.jobs(primary, "echo", DELETED)
+            await primary.execute("DELETE FROM jobs")
+            [slot] = await wait_for(slot_holds)
+            assert slot["state"] == "physical, active, xmin" and slot["pid"] is not None
+            assert slot["seconds"] is None and slot["xid_age"] >= 2  # an active slot: how long is unknown
+            assert await dead_after_vacuum(primary) >= DELETED
+            await tr.rollback()
+            await report.close()
+
+            async def let_go():  # the replica's next feedback moves the slot's xmin on
+                await primary.execute("SELECT txid_current()")
+                return await dead_after_vacuum(primary) == 0
+            await wait_for(let_go)
+    finally:
+        await primary.execute("SELECT pg_drop_replication_slot('reports_replica')")
+        await primary.close()
+
+
+async def _connect_or_none(dsn: str):
+    try:
+        return await asyncpg.connect(dsn)
+    except (OSError, asyncpg.CannotConnectNowError):
+        return None
 
 
 # -- the alert rules -------------------------------------------------------------------
