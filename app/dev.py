@@ -5,7 +5,8 @@
 2. Apply the migrations.
 3. Serve the app with uvicorn on LOCAL_HOST:LOCAL_PORT (127.0.0.1:8000) in local dev
    mode, with a cron secret (CRON_SECRET, or one generated once and kept in the data
-   folder) and the exact curl that triggers a run.
+   folder) and the exact curl that triggers a run; the page cursors' key likewise
+   (CURSOR_SECRET, or its own generated one: no secret is derived from another).
 4. A local ticker runs the pipeline every LOCAL_TICK_SECONDS (300), like the schedule.
 
 Ctrl-C or SIGTERM stops uvicorn, the ticker, the pool and the Postgres it started.
@@ -32,13 +33,14 @@ from app.engine.db import connect
 from app.engine.tenancy import Actor, acting
 from app.engine.migrate import migrate
 from app.logs import configure_cli_logging
-from app.settings import Settings, SettingsError, load_settings
+from app.settings import SECRET_MIN_CHARS, Settings, SettingsError, load_settings
 from app.plugin import Plugin, load_plugins
 
 log = logging.getLogger("skiplock.dev")
 
 PID_FILE = DEV_PID_FILE  # the CLI reads it too: it never stops a server make run uses
 SECRET_FILE = "cron-secret"
+CURSOR_SECRET_FILE = "cursor-secret"
 ADMIN_KEY_FILE = "admin-key"
 LOCAL_ADMIN = "admin@localhost"
 TICK_GRACE_SECONDS = 10.0
@@ -98,12 +100,28 @@ def cron_secret(settings: Settings, data_dir: Path) -> str:
     """CRON_SECRET if set; otherwise one generated on the first `make run` and kept."""
     if settings.cron_secret is not None:
         return settings.cron_secret.get_secret_value()
-    path = data_dir / SECRET_FILE
+    return kept_secret(data_dir / SECRET_FILE)
+
+
+def cursor_secret(settings: Settings, data_dir: Path) -> str:
+    """CURSOR_SECRET if set; otherwise its own, generated once and kept beside the cron
+    secret, so cursors survive a restart of `make run` and owe nothing to another secret."""
+    if settings.cursor_secret is not None:
+        return settings.cursor_secret.get_secret_value()
+    return kept_secret(data_dir / CURSOR_SECRET_FILE)
+
+
+def kept_secret(path: Path) -> str:
+    """The secret kept in `path` (mode 600), made on first use; one too short for the
+    settings (SECRET_MIN_CHARS, say written by hand) is replaced."""
     if path.exists():
         secret = path.read_text().strip()
-        if secret:
+        if len(secret) >= SECRET_MIN_CHARS:
             return secret
-    secret = secrets.token_urlsafe(24)
+        if secret:
+            log.warning("%s held a secret shorter than %d characters: a new one replaces it", path,
+                        SECRET_MIN_CHARS)
+    secret = secrets.token_urlsafe(32)  # 43 characters
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(secret + "\n")
@@ -296,6 +314,7 @@ def main() -> int:
         secret = cron_secret(settings, data_dir)
         plugins = load_plugins(settings.pipeline_plugins)
         settings = load_settings(**{**settings.model_dump(), "database_url": dsn, "cron_secret": secret,
+                                    "cursor_secret": cursor_secret(settings, data_dir),
                                     **dev_overrides(settings, plugins)})
         asyncio.run(serve(settings, plugins, signals, embedded=local is not None,
                           banner_text=banner(settings, secret, dsn, data_dir if local else None) + "\n"))

@@ -36,6 +36,11 @@ class SettingsError(Exception):
     """Configuration that cannot work; the message is one line a person can act on."""
 
 
+# A secret whose HMACs or comparisons someone outside can watch (a tenant holds signed
+# cursors and signed webhooks; anyone may try the cron route) must not be guessable offline.
+SECRET_MIN_CHARS = 32
+
+
 class Settings(EnvFileSettings):
 
     database_url: str | None = Field(
@@ -78,17 +83,20 @@ class Settings(EnvFileSettings):
         description="audit log rows older than this many days are deleted by maintenance, in bounded "
                     "batches (docs/operations.md#audit-retention); 0: kept for ever")
     webhook_url: str | None = Field(None, description="where notifications go when the account has no URL of its own")
-    webhook_secret: SecretStr | None = Field(None, description="signs webhook bodies; unset: no notifications")
+    webhook_secret: SecretStr | None = Field(
+        None, description="signs webhook bodies, at least 32 characters (a shorter one is refused at start); "
+                          "unset or blank: no notifications")
     worker_poll_seconds: float = Field(5.0, gt=0, description="a waiting worker looks for due work this often")
     worker_grace_seconds: float = Field(
         20.0, ge=0, description="on SIGTERM, in-flight jobs get this long before they are deferred")
 
     # Serving: the HTTP endpoint, the Lambda entry point and `make run`.
     cron_secret: SecretStr | None = Field(
-        None, description="bearer token /cron/pipeline requires; unset: the route answers 503 (but see LOCAL_DEV)")
+        None, description="bearer token /cron/pipeline requires, at least 32 characters (a shorter one is "
+                          "refused at start); unset: the route answers 503 (but see LOCAL_DEV)")
     metrics_token: SecretStr | None = Field(
-        None, description="bearer token GET /metrics accepts besides an admin API key; unset or blank: "
-                          "admin keys only")
+        None, description="bearer token GET /metrics accepts besides an admin API key, at least 32 characters "
+                          "(a shorter one is refused at start); unset or blank: admin keys only")
     local_dev: bool = Field(
         False, description="local dev mode: without CRON_SECRET the cron route is open, and an unset "
                            "DATABASE_URL starts the embedded server")
@@ -108,7 +116,10 @@ class Settings(EnvFileSettings):
     page_size_default: int = Field(50, ge=1, le=1000, description="list routes: rows per page without ?limit")
     page_size_max: int = Field(200, ge=1, le=1000, description="list routes: the largest ?limit accepted")
     cursor_secret: SecretStr | None = Field(
-        None, description="signs the opaque page cursors; unset: derived from CRON_SECRET (or a built-in key)")
+        None, description="signs the opaque page cursors, at least 32 characters, shared by every process that "
+                          "serves the API; unset: a key drawn at random by each process (`make run` keeps one "
+                          "in its data folder), so a cursor made by another process is a 400. Never derived "
+                          "from another secret")
     idempotency_retention_hours: float = Field(
         24.0, gt=0, description="stored answers to Idempotency-Key requests are forgotten after this long")
     idempotency_wait_seconds: float = Field(
@@ -159,11 +170,23 @@ class Settings(EnvFileSettings):
     def _upper_level(cls, value):
         return value.upper() if isinstance(value, str) else value
 
-    @field_validator("cron_secret", "cursor_secret", "redis_url", "database_direct_url", "tenant_database_url",
-                     mode="before")
+    @field_validator("cron_secret", "cursor_secret", "metrics_token", "webhook_secret", "redis_url",
+                     "database_direct_url", "tenant_database_url", mode="before")
     @classmethod
     def _blank_secret_is_unset(cls, value):
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("cron_secret", "cursor_secret", "metrics_token", "webhook_secret")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        """A short secret is refused, in one line that says how to make a good one: the
+        red team found a cron secret from a signed cursor with a 200,000-word list in 0.48 s."""
+        if value is not None and len(value.get_secret_value().strip()) < SECRET_MIN_CHARS:
+            raise ValueError(f"is {len(value.get_secret_value().strip())} characters; a secret needs at least "
+                             f"{SECRET_MIN_CHARS} (make one with: openssl rand -base64 32)")
+        return value
 
     @field_validator("database_url", "database_direct_url", "tenant_database_url")
     @classmethod

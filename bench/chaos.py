@@ -361,7 +361,7 @@ class Chaos:
             LLM_BASE_URL=f"http://127.0.0.1:{self.site.port}/v1", LLM_MODEL="chaos", LLM_TIMEOUT_SECONDS="1",
             QUOTA_DAILY_UNITS=str(self.daily_units), QUOTA_RESERVE_UNITS="0", DB_POOL_SIZE="4",
             WORKER_POLL_SECONDS="1", WORKER_GRACE_SECONDS="10", PYTHONPATH=str(ROOT),
-            CRON_SECRET="chaos-cron-secret")
+            CRON_SECRET="chaos-cron-secret-0123456789abcdefgh")  # 32+: shorter is refused
         env.update(extra)
         return env
 

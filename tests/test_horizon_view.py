@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "docs" / "alerts" / "skiplock.rules.yml"
 PROMTOOL = shutil.which("promtool")
 APP_NAME = "horizon-report"
-TOKEN = "metrics-token-for-tests"
+TOKEN = "metrics-token-for-tests-0123456789ab"  # 32+: a shorter one is refused (tests/credentials.py)
 DELETED = 50
 
 

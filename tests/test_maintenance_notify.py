@@ -19,9 +19,8 @@ from app.pipeline.maintenance import RECURRING, schedule_due
 from app.pipeline.stage import Stage
 from app.settings import load_settings
 from tests import factories as f
+from tests.credentials import WEBHOOK_SECRET as SECRET
 from tests.receiver import Receiver
-
-SECRET = "s3cret"
 
 
 def settings(*hooks: Receiver, **kw):

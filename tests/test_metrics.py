@@ -18,9 +18,8 @@ from app.engine.runs import beat, close_abandoned_runs, finish_run
 from app.plugin import Gauge, Plugin
 from app.settings import load_settings
 from tests import factories
+from tests.credentials import METRICS_TOKEN as TOKEN
 from tests.sample_stages import STAGES
-
-TOKEN = "metrics-token-for-tests"
 
 
 async def _demo_gauges(db, settings) -> list[Gauge]:

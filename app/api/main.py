@@ -14,6 +14,8 @@ rate limits (Redis, failing open), route matching (404 and 405), Idempotency-Key
 
 from __future__ import annotations
 
+import logging
+import sys
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -30,13 +32,27 @@ from app.api.route_gate import RouteGate
 from app.runtime import Runtime
 from app.pipeline.stage import Stage
 from app.plugin import Plugin
-from app.settings import Settings, get_settings
+from app.settings import Settings, SettingsError, get_settings
+
+log = logging.getLogger("skiplock.api")
 
 
 def create_app(settings: Settings | None = None, stages: list[Stage] | None = None,
                plugins: list[Plugin] | None = None, runtime: Runtime | None = None) -> FastAPI:
-    """runtime: one made already (the Lambda handler's, whose pool the schedule uses too)."""
-    runtime = runtime or Runtime(settings or get_settings(), stages, plugins=plugins)
+    """runtime: one made already (the Lambda handler's, whose pool the schedule uses too).
+
+    Built from the environment (`uvicorn --factory`), a setting that cannot work (a cron
+    secret shorter than 32 characters, say) stops the process with one line, not a traceback."""
+    if runtime is None and settings is None:
+        try:
+            settings = get_settings()
+        except SettingsError as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
+    runtime = runtime or Runtime(settings, stages, plugins=plugins)
+    if runtime.settings.cursor_secret is None and not runtime.settings.local_dev:
+        log.warning("CURSOR_SECRET is unset: page cursors are signed with a key of this process only, so a "
+                    "cursor made by another process is refused; set CURSOR_SECRET where several processes serve")
     gate = RedisGate(runtime.settings.redis_url, runtime.settings.redis_timeout_seconds)
 
     @asynccontextmanager

@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import json
 import re
+import secrets
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -34,7 +35,9 @@ from app.settings import Settings
 
 Keyset = tuple[datetime, uuid.UUID]
 
-_BUILTIN_KEY = b"skiplock-cursor-v1"
+# CURSOR_SECRET unset: a key of this process's own, never one derived from another secret
+# (derived from CRON_SECRET, one signed cursor let a tenant test cron-secret guesses offline).
+_PROCESS_KEY = secrets.token_bytes(32)
 _B64 = re.compile(r"^[A-Za-z0-9_-]+$")
 MAX_CURSOR_LENGTH = 512
 # A page's items stop before this many bytes of JSON: 200 jobs of 64 KiB payloads were a
@@ -44,14 +47,12 @@ CURSOR_PATTERN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
 
 
 def cursor_key(settings: Settings) -> bytes:
-    """CURSOR_SECRET; else one derived from CRON_SECRET; else a built-in key (the cursor
-    then resists mistakes, not forgery: it only ever names a position in a listing the
-    client may read anyway)."""
+    """CURSOR_SECRET; else a random key of this process (a cursor from another process is
+    then a 400: set CURSOR_SECRET where several serve). Every secret stands alone: the
+    cursor key is derived from none, and no other secret from it."""
     if settings.cursor_secret is not None:
         return settings.cursor_secret.get_secret_value().encode()
-    if settings.cron_secret is not None:
-        return hashlib.sha256(b"cursor:" + settings.cron_secret.get_secret_value().encode()).digest()
-    return _BUILTIN_KEY
+    return _PROCESS_KEY
 
 
 def _b64(data: bytes) -> str:

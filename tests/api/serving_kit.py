@@ -11,9 +11,10 @@ import uvicorn
 from app import Job, NewJob, Stage
 from app.engine import jobs as q
 from app.settings import Settings, load_settings
+from tests.credentials import CRON_SECRET
 from tests.tenant_login import tenant_login_url
 
-SECRET = "test-cron-secret-0123456789"
+SECRET = CRON_SECRET
 AUTH = {"Authorization": f"Bearer {SECRET}"}
 
 

@@ -17,6 +17,7 @@ from app.engine import jobs as q
 from app.engine.queries import query
 from bench.explain import explain
 from tests import factories as f
+from tests.credentials import OTHER_CURSOR_SECRET
 
 LIST_ROUTES = ["/jobs", "/runs"]
 
@@ -159,7 +160,7 @@ async def test_tampered_and_foreign_cursors_are_400(make_client, pool, dsn):
     forged_payload["t"] = "2000-01-01T00:00:00+00:00"
     forged = base64.urlsafe_b64encode(json.dumps(forged_payload).encode()).rstrip(b"=").decode() + "." + signature
 
-    other = await make_client(make_settings(dsn, cursor_secret="another-deployment"),
+    other = await make_client(make_settings(dsn, cursor_secret=OTHER_CURSOR_SECRET),
                               stages=[Recorder("record").stage])
     bad = {
         "payload changed": _flip(cursor, 3),

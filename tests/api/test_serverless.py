@@ -50,11 +50,13 @@ def test_environment_comes_from_parameters(config):
     env = config["provider"]["environment"]
     assert env["DATABASE_URL"] == "${param:databaseUrl}"
     assert env["CRON_SECRET"] == "${param:cronSecret}"
+    assert env["CURSOR_SECRET"] == "${param:cursorSecret}"  # its own secret, shared by every container
     assert env["TENANT_DATABASE_URL"] == "${param:tenantDatabaseUrl}"
     assert env["PLATFORM_LIMIT_SECONDS"] == "${self:custom.timeoutSeconds}"
     params = config["params"]["default"]
     assert params["databaseUrl"].startswith("{{resolve:ssm:")
     assert params["cronSecret"].startswith("{{resolve:ssm:")
+    assert params["cursorSecret"].startswith("{{resolve:ssm:") and params["cursorSecret"] != params["cronSecret"]
     # The settings accept what the template sets.
     from app.settings import load_settings
     load_settings(platform_limit_seconds=config["custom"]["timeoutSeconds"],

@@ -15,7 +15,7 @@ import asyncpg
 import httpx
 import pytest
 from fastapi import Request
-from serving_kit import assert_error, make_settings
+from serving_kit import AUTH, assert_error, make_settings
 
 from app.api import create_app
 from app.api.auth import TENANT
@@ -107,7 +107,7 @@ async def test_admin_keys_and_the_pipeline_keep_the_owners_login(dsn, pool, admi
         pytest.skip("this server's test role may not create roles")
     async with client_for(make_settings(dsn)) as (client, app):
         assert (await client.get("/jobs", headers=bearer(admin_key))).status_code == 200
-        assert (await client.post("/cron/pipeline", headers={"Authorization": "Bearer test-cron-secret-0123456789"},
+        assert (await client.post("/cron/pipeline", headers=AUTH,
                                   json={})).status_code == 200
         seen = (await client.get("/probe/injected", headers=bearer(admin_key))).json()
         assert seen["login"] == urlsplit(dsn).username

@@ -29,6 +29,7 @@ from app.outreach.web import FetchError, WebClient
 from app.pipeline.loop import Pipeline
 from app.pipeline.stage import Stage
 from tests import factories as f
+from tests.credentials import WEBHOOK_SECRET
 from tests.outreach.conftest import reachable, run, settings
 from tests.outreach.servers import Recorder, ServerThread
 from tests.receiver import Receiver
@@ -362,7 +363,7 @@ async def test_a_webhook_to_an_internal_address_is_refused_once_and_sends_nothin
         await f.as_system(pool, "UPDATE users SET webhook_url = $2 WHERE id = $1", listed, allowed_hook.url)
         for who in (owner, elsewhere, listed):
             await f.jobs(pool, "t", 1, lane=await f.campaign(pool, who))
-        s = settings(webhook_secret="s3cret", fetch_allow_private=urlsplit(allowed_hook.url).netloc)
+        s = settings(webhook_secret=WEBHOOK_SECRET, fetch_allow_private=urlsplit(allowed_hook.url).netloc)
         pipeline = Pipeline(pool, [Stage(type="t", handler=broken, max_attempts=1)], s)
         await pipeline.run("cron")
         await pipeline.run("cron")

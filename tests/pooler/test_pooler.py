@@ -27,9 +27,8 @@ from app.pipeline.worker import Worker
 from app.runtime import Runtime
 from app.settings import load_settings
 from tests import factories as f
+from tests.credentials import CRON_SECRET as SECRET
 from tests.pooler.stages import BOTH
-
-SECRET = "pooler-test-cron-secret-0123"
 
 
 def pooled_settings(pooled_dsn: str, direct_dsn: str, **overrides):
