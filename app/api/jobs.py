@@ -50,6 +50,13 @@ JOB_LIST = ListQuery("jobs", [
 ])
 
 
+class AttemptError(BaseModel):
+    attempt: int = Field(description="which attempt failed (1 is the first)")
+    error: str
+    runId: uuid.UUID | None = Field(description="the run that held it")
+    at: datetime
+
+
 class JobOut(BaseModel):
     id: uuid.UUID
     type: str
@@ -67,6 +74,8 @@ class JobOut(BaseModel):
     progress: int | None = Field(description="units done so far, when the job said")
     createdAt: datetime
     finishedAt: datetime | None
+    errors: list[AttemptError] | None = Field(None, description="every failed attempt's error, newest "
+                                              "first, the last 20 (GET /jobs/{id} only; lists leave it out)")
 
 
 class JobPage(BaseModel):

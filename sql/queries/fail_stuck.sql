@@ -2,7 +2,9 @@
 -- for the same job exactly one gets the row back (and runs the gave_up hook).
 UPDATE jobs
 SET status = 'failed', finished_at = now(), locked_at = NULL,
-    last_error = concat_ws(E'\n', last_error, 'lease expired on the last attempt (the process holding it died or hung)')
+    last_error = concat_ws(E'\n', last_error, 'lease expired on the last attempt (the process holding it died or hung)'),
+    errors = job_errors_with(errors, attempts, 'lease expired on the last attempt (the process holding it died or hung)',
+                             run_id)
 WHERE id = $1 AND type = $2 AND status = 'running'
   AND locked_at < now() - make_interval(secs => $3)
   AND attempts >= $4

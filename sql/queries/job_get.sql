@@ -1,5 +1,5 @@
--- One job, as the API shows it.
+-- One job, as the API shows it: with every failed attempt's error (lists leave them out).
 SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
-       run_id, batch_id, lane, total, progress, created_at, finished_at
+       run_id, batch_id, lane, total, progress, created_at, finished_at, errors
 FROM jobs
 WHERE id = $1

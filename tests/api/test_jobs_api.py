@@ -291,3 +291,30 @@ async def test_a_stages_accepts_is_asked_on_the_tenants_own_transaction(make_cli
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
     taken = await client.post("/jobs", headers=ann, json={"type": "checked", "lane": str(mine), "payload": {}})
     assert taken.status_code == 201, taken.text
+
+
+async def test_every_failed_attempt_keeps_its_error_newest_first(make_client, pool):
+    client = await client_with_stages(make_client)
+    [job_id] = await f.jobs(pool, "record", 1)
+    runs = []
+    for attempt in (1, 2, 3):
+        run_id = await f.run(pool)
+        runs.append(run_id)
+        [job] = await q.claim(pool, f.lease("record"), run_id, 1)
+        await q.fail(pool, run_id, job.id, f"upstream said no, time {attempt}", max_attempts=3)
+        await pool.execute("UPDATE jobs SET run_after = now() WHERE id = $1", job_id)  # skip the backoff
+    shown = (await client.get(f"/jobs/{job_id}")).json()
+    assert shown["status"] == "failed" and shown["lastError"] == "upstream said no, time 3"
+    assert [(e["attempt"], e["error"], e["runId"]) for e in shown["errors"]] == [
+        (3, "upstream said no, time 3", str(runs[2])), (2, "upstream said no, time 2", str(runs[1])),
+        (1, "upstream said no, time 1", str(runs[0]))]
+    assert all(datetime.fromisoformat(e["at"]) <= datetime.now(timezone.utc) for e in shown["errors"])
+    # a list leaves them out; the 20 newest are kept
+    listed = (await client.get("/jobs")).json()["data"]
+    assert "errors" not in listed[0]
+    for n in range(25):
+        await pool.execute("UPDATE jobs SET status = 'running', run_id = $2, attempts = attempts + 1 WHERE id = $1",
+                           job_id, runs[0])
+        await q.fail(pool, runs[0], job_id, f"again {n}", max_attempts=100)
+    kept = (await client.get(f"/jobs/{job_id}")).json()["errors"]
+    assert len(kept) == 20 and kept[0]["error"] == "again 24" and kept[-1]["error"] == "again 5"
