@@ -51,6 +51,7 @@ from urllib.parse import urlparse
 import asyncpg
 
 from bench import peers
+from bench.results_file import sitting_path
 from bench.noop_stage import TYPE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -626,11 +627,7 @@ def record(out: dict, results_dir: Path, docs_dir: Path, log=print) -> None:
     if not h.get("variants"):
         return
     date = out["machine"]["date"][:10]
-    path = results_dir / f"horizon-{date}.json"
-    for suffix in "bcdefghijklmnopqrstuvwxyz":  # a second sitting of the day keeps the first's
-        if not path.exists():
-            break
-        path = results_dir / f"horizon-{date}{suffix}.json"
+    path = sitting_path(results_dir, "horizon", date)
     results_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({k: out.get(k) for k in ("machine", "postgres", "args", "horizon")},
                                indent=1, default=str) + "\n")

@@ -57,6 +57,7 @@ from app.engine.jobs import NewJob
 
 from bench import invocations, peers
 from bench.drain import _reset, cpu_per_job, in_turn
+from bench.results_file import sitting_path
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = "app.outreach.plugin:PLUGIN"
@@ -430,11 +431,7 @@ def record(out: dict, results_dir: Path, log=print) -> None:
     if not (out.get("shapes") or {}).get("rounds"):
         return
     date = out["machine"]["date"][:10]
-    path = results_dir / f"shapes-{date}.json"
-    for suffix in "bcdefghijklmnopqrstuvwxyz":  # a second sitting of the day keeps the first's
-        if not path.exists():
-            break
-        path = results_dir / f"shapes-{date}{suffix}.json"
+    path = sitting_path(results_dir, "shapes", date)
     results_dir.mkdir(parents=True, exist_ok=True)
     kept = {k: out.get(k) for k in ("machine", "postgres", "args", "shapes")}
     # a committed result names no path outside the repository (the peers' scripts live elsewhere)
