@@ -19,7 +19,9 @@ import re
 import sys
 import time
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import IO
+from urllib.parse import quote, quote_plus, unquote
 
 from app.cli_output import printable
 
@@ -33,24 +35,120 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
         }
-        message = _redacted(record.getMessage())
+        message = redacted(record.getMessage())
         fields = _json_object(message)
         if fields is None:
             line["message"] = message
         else:
             line.update({k: v for k, v in fields.items() if k not in _RESERVED})
-        if record.exc_info:
-            line["exc"] = self.formatException(record.exc_info)
+        if record.exc_info or record.exc_text:
+            line["exc"] = redacted(record.exc_text or self.formatException(record.exc_info))
         return json.dumps(line, default=str)
 
 
-# A credential put in a URL by mistake (`/events/ws?key=...` is refused, but uvicorn logs
-# the request line first): its value never reaches the log.
-_CREDENTIAL_IN_URL = re.compile(r"(?i)([?&](?:key|api_key|apikey|token|access_token|secret|password)=)[^&\s\"']*")
+# -- secrets never reach a log line ----------------------------------------------------
+# A credential put in a URL by mistake (`/events/ws?authorization=slk_...` is refused, but
+# uvicorn logs the request line first), a header dumped in an error, a DSN with its
+# password: redacted by name and by value in every record of every logger of the process
+# (install_redaction: the record factory, so uvicorn's access log and any handler or
+# formatter get the record already clean).
+
+REDACTED = "[redacted]"
+# A parameter or field is a credential when its name, percent-decoded, lower-cased and
+# without - _ . and spaces, is one of these or ends like one (x-api-key, auth_token,
+# client_secret, ke%79 ...).
+_SECRET_NAMES = frozenset({"key", "auth", "authorization", "bearer", "cookie", "setcookie", "signature", "sig",
+                           "session", "sessionid", "credential", "credentials", "privatekey", "pwd", "pass"})
+_SECRET_ENDINGS = ("token", "secret", "password", "passwd", "apikey", "accesskey", "privatekey")
+_PARAM = re.compile(r"([?&;])([^=&;\s\"'#?]{1,100})=([^&;\s\"'\\#]*)")
+_FIELD = re.compile(r"""(?<![\w.\-])(["']?)([\w.\-]{1,100})\1(\s*[:=]\s*)(["'])([^"'\\\n]*)\4""")
+# An API key (slk_ + 8 hex + _ + the secret part), in plain or percent-encoded spelling:
+# the prefix stays (it is the key's public name, shown in listings), the rest goes.
+_API_KEY = re.compile(r"slk(?:_|%5[fF])([0-9a-fA-F]{8})(?:_|%5[fF])[A-Za-z0-9_\-%]{4,}")
+_AUTH_SCHEME = re.compile(r"(?i)\b(bearer|basic)(\s+|\.)[A-Za-z0-9._~+/=\-%]{8,}")
+_DSN_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@]*:)[^/\s@]+@")
+_known: set[str] = set()
+_known_pattern: re.Pattern | None = None
+
+
+@lru_cache(maxsize=4096)
+def secret_name(name: str) -> bool:
+    plain = re.sub(r"[\s._\-]", "", unquote(name).lower())
+    return plain in _SECRET_NAMES or plain.endswith(_SECRET_ENDINGS)
+
+
+def redact_values(*values: str | None) -> None:
+    """Also redact these exact values (the cron secret, METRICS_TOKEN ...) wherever they appear,
+    plain or percent-encoded. Values under 8 characters are left out: they would redact words."""
+    global _known_pattern
+    new = {v for value in values if value and len(value.strip()) >= 8
+           for v in (value.strip(), quote(value.strip(), safe=""), quote_plus(value.strip(), safe=""))}
+    if new - _known:
+        _known.update(new)
+        _known_pattern = re.compile("|".join(re.escape(v) for v in sorted(_known, key=len, reverse=True)))
+
+
+def redacted(text: str) -> str:
+    """`text` with every credential it names replaced by [redacted]."""
+    if _known_pattern is not None:
+        text = _known_pattern.sub(REDACTED, text)
+    if "slk" in text:
+        text = _API_KEY.sub(lambda m: f"slk_{m.group(1)}_{REDACTED}", text)
+    text = _AUTH_SCHEME.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    if "://" in text:
+        text = _DSN_PASSWORD.sub(rf"\1{REDACTED}@", text)
+    if "=" in text:
+        text = _PARAM.sub(lambda m: f"{m.group(1)}{m.group(2)}={REDACTED}" if secret_name(m.group(2))
+                          and m.group(3) else m.group(0), text)
+    if ":" in text or "=" in text:
+        text = _FIELD.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{m.group(4)}{REDACTED}"
+                          f"{m.group(4)}" if secret_name(m.group(2)) and m.group(5) else m.group(0), text)
+    return text
+
+
+def _redact_arg(value):
+    return redacted(value) if isinstance(value, str) else value
+
+
+def redact_record(record: logging.LogRecord) -> None:
+    """Clean a record in place. Its args stay args where they can (uvicorn's access
+    formatter unpacks them); anything else becomes the redacted message."""
+    if isinstance(record.msg, str):
+        record.msg = redacted(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(_redact_arg(a) for a in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {k: _redact_arg(v) for k, v in record.args.items()}
+    try:
+        message = record.getMessage()
+    except Exception:  # a bad format string: let the handler report it as before
+        message = None
+    if message is not None and redacted(message) != message:  # an arg's str() held one
+        record.msg, record.args = redacted(message), None
+    if record.exc_info and not record.exc_text:
+        record.exc_text = logging.Formatter().formatException(record.exc_info)
+    if record.exc_text:
+        record.exc_text = redacted(record.exc_text)
+    if record.stack_info:
+        record.stack_info = redacted(record.stack_info)
+
+
+def install_redaction() -> None:
+    """Every log record this process makes is redacted as it is made (idempotent)."""
+    factory = logging.getLogRecordFactory()
+    if getattr(factory, "redacts", False):
+        return
+
+    def make(*args, **kwargs) -> logging.LogRecord:
+        record = factory(*args, **kwargs)
+        redact_record(record)
+        return record
+    make.redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(make)
 
 
 def _redacted(message: str) -> str:
-    return _CREDENTIAL_IN_URL.sub(r"\1[redacted]", message) if "=" in message else message
+    return redacted(message)
 
 
 def _json_object(text: str) -> dict | None:
@@ -69,7 +167,9 @@ def configure_logging(level: str = "INFO", stream: IO[str] | None = None,
     to `handler` when given.
 
     Replaces the root logger's handlers (Lambda's runtime installs its own) and lets
-    uvicorn's loggers propagate to it. Safe to call more than once."""
+    uvicorn's loggers propagate to it; every record is redacted (install_redaction). Safe
+    to call more than once."""
+    install_redaction()
     if handler is None:
         handler = logging.StreamHandler(stream or sys.stdout)
         handler.setFormatter(JsonFormatter())

@@ -29,6 +29,7 @@ from app.api.in_flight import InFlight
 from app.api.ratelimit import RateLimit
 from app.api.redis_gate import RedisGate
 from app.api.route_gate import RouteGate
+from app.logs import install_redaction, redact_values
 from app.runtime import Runtime
 from app.pipeline.stage import Stage
 from app.plugin import Plugin
@@ -50,6 +51,11 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
             print(f"error: {exc}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
     runtime = runtime or Runtime(settings, stages, plugins=plugins)
+    # what this app is given never reaches a log line, uvicorn's request lines included
+    install_redaction()
+    redact_values(*(s.get_secret_value() for s in (runtime.settings.cron_secret, runtime.settings.metrics_token,
+                                                   runtime.settings.cursor_secret, runtime.settings.webhook_secret)
+                    if s is not None))
     if runtime.settings.cursor_secret is None and not runtime.settings.local_dev:
         log.warning("CURSOR_SECRET is unset: page cursors are signed with a key of this process only, so a "
                     "cursor made by another process is refused; set CURSOR_SECRET where several processes serve")

@@ -84,3 +84,74 @@ async def test_a_key_put_in_a_url_is_refused_and_never_logged(json_logs, dsn, ad
     logged = json.dumps(json_logs())
     assert "key=[redacted]" in logged  # the request lines were logged...
     assert admin_key not in logged and admin_key.split("_", 2)[2] not in logged  # ...without it (its secret may hold "_")
+
+
+# Every spelling the red team got through (a full admin key reached the access log from
+# GET /events/ws?authorization=slk_...), and the seven that were redacted already.
+SPELLINGS = ["authorization", "auth", "bearer", "api-key", "x-api-key", "auth_token", "client_secret", "ke%79",
+             "Authorization", "X-API-KEY", "key", "api_key", "apikey", "token", "access_token", "secret", "password"]
+
+
+async def test_no_spelling_of_a_credential_reaches_a_log_line(json_logs, dsn, admin_key):
+    """By name (each spelling above, percent-encoded too), by value (an API key anywhere, the
+    cron secret and METRICS_TOKEN, plain or percent-encoded), in uvicorn's access log, a
+    WebSocket's request line, a message's args and a traceback."""
+    from urllib.parse import quote
+
+    import httpx
+    from serving_kit import start_uvicorn
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    from app.api import create_app
+    from tests.credentials import CRON_SECRET, METRICS_TOKEN
+
+    app = create_app(make_settings(dsn, metrics_token=METRICS_TOKEN))
+    server, task, sock = await start_uvicorn(app)
+    host = "127.0.0.1:%d" % sock.getsockname()[1]
+    by_name = {name: f"opaque-{i}-credential-7f3a9c2e" for i, name in enumerate(SPELLINGS)}
+    try:
+        async with httpx.AsyncClient(base_url=f"http://{host}") as client:
+            for name, value in by_name.items():
+                await client.get(f"/events/ws?room=system&{name}={value}")
+                await client.get(f"/jobs?limit=1&{name}={admin_key}")
+            for value in (admin_key, quote(admin_key, safe=""), CRON_SECRET, METRICS_TOKEN, quote(CRON_SECRET, safe="")):
+                await client.get(f"/health/live?q={value}")
+            await client.get(f"/jobs/{admin_key}")
+        try:  # the red team's own request: a WebSocket with the key in ?authorization=
+            async with connect(f"ws://{host}/events/ws?room=system&authorization={admin_key}") as ws:
+                await ws.recv()
+        except InvalidStatus:
+            pass
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+        await app.state.runtime.close()
+    log = logging.getLogger("skiplock.test")
+    log.warning("calling with %s", {"authorization": f"Bearer {admin_key}", "x-api-key": by_name["x-api-key"]})
+    try:
+        raise RuntimeError(f"GET /metrics?token={METRICS_TOKEN} failed with {CRON_SECRET}")
+    except RuntimeError:
+        log.exception("it broke at %s", f"postgresql://owner:{by_name['password']}@db/app")
+    logged = json.dumps(json_logs())
+    assert logged.count("[redacted]") >= 2 * len(SPELLINGS) + 10
+    secret_part = admin_key.split("_", 2)[2]
+    for value in [secret_part, quote(secret_part, safe=""), CRON_SECRET, METRICS_TOKEN, *by_name.values()]:
+        assert value not in logged, value
+    assert "slk_" + admin_key.split("_")[1] in logged  # the key's public prefix still names it
+
+
+def test_uvicorns_own_access_formatter_gets_redacted_args():
+    """Served by plain `uvicorn` (its own LOGGING_CONFIG), the access record's args stay a
+    tuple its formatter unpacks, each already redacted."""
+    from uvicorn.logging import AccessFormatter
+
+    from app.logs import install_redaction
+
+    install_redaction()
+    record = logging.getLogger("uvicorn.access").makeRecord(
+        "uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+        ("127.0.0.1:5000", "GET", "/events/ws?x-api-key=opaque-credential-123", "1.1", 404), None)
+    line = AccessFormatter('%(client_addr)s - "%(request_line)s" %(status_code)s', use_colors=False).format(record)
+    assert line == '127.0.0.1:5000 - "GET /events/ws?x-api-key=[redacted] HTTP/1.1" 404 Not Found'
