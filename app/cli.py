@@ -81,6 +81,10 @@ def _parser(plugins: list[Plugin]) -> argparse.ArgumentParser:
     r.add_argument("--budget", type=float, help="seconds to keep claiming (capped by the setting)")
     r.add_argument("--trigger", default="manual", help="recorded in the runs row")
     sub.add_parser("worker", help="run the pipeline continuously (for a container); SIGTERM stops it")
+    sv = sub.add_parser("serve", help="serve the HTTP API (for a container), slow clients' headers and bodies "
+                                      "bounded; SIGTERM stops it")
+    sv.add_argument("--host", default="127.0.0.1", help="the address to listen on (a container: 0.0.0.0)")
+    sv.add_argument("--port", type=int, default=8000, help="the port to listen on")
     ps = sub.add_parser("psql", help="psql on the database (the embedded one too, whatever its port)")
     ps.add_argument("--url", action="store_true", help="print its connection URL, password included, instead")
     cli_status.add_parser(sub)
@@ -226,6 +230,13 @@ async def _main(args, settings: Settings, plugins: list[Plugin]) -> int:
         answer(json.dumps(await _enqueue(args, settings, plugins, dsn)))
     elif args.command == "worker":
         await _worker(settings, plugins, dsn)
+    elif args.command == "serve":
+        from app.logs import configure_logging
+        from app.serving import serve
+
+        configure_logging(settings.log_level)  # JSON lines on stdout, as every serving process
+        await serve(settings if settings.database_url else settings.model_copy(update={"database_url": dsn}),
+                    args.host, args.port)
     elif args.command == "psql":
         return await _psql(args, dsn)
     elif getattr(args, "run", None) is not None:  # jobs, runs, batch, status

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import uvicorn
 
-from app.api.events import WS_MAX_MESSAGE_BYTES
 from app.api.main import create_app
 from app.runtime import DATABASE_ERRORS, DatabaseUnavailable, Runtime
 from app.devdb import DEV_PID_FILE, PASSWORD_FILE, LocalPostgresError, pid_alive, without_password
@@ -35,6 +34,7 @@ from app.engine.migrate import migrate
 from app.logs import configure_cli_logging
 from app.settings import SECRET_MIN_CHARS, Settings, SettingsError, load_settings
 from app.plugin import Plugin, load_plugins
+from app.serving import uvicorn_config
 
 log = logging.getLogger("skiplock.dev")
 
@@ -251,10 +251,8 @@ async def serve(settings: Settings, plugins: list[Plugin], signals: "_Signals", 
         if plugin.dev_setup is not None:
             await plugin.dev_setup(app, pool, settings)
     banner_text += api_banner(settings, await local_admin_key(pool, Path(settings.local_data_dir)))
-    config = uvicorn.Config(app, host=settings.local_host, port=settings.local_port,
-                            log_config=None, lifespan="on", access_log=True,
-                            ws_max_size=WS_MAX_MESSAGE_BYTES)  # not 16 MiB per frame for a keyless client
-    server = uvicorn.Server(config)
+    # as `skiplock serve` serves: slow clients' headers and bodies bounded, and capped
+    server = uvicorn.Server(uvicorn_config(app, settings, host=settings.local_host, port=settings.local_port))
     signals.server = server
     tick = Ticker(runtime, settings.local_tick_seconds)
     if settings.local_tick_seconds > 0:

@@ -153,6 +153,19 @@ class Settings(EnvFileSettings):
     max_body_bytes: int = Field(
         1_048_576, ge=1024, le=100_000_000,
         description="a request body longer than this is refused with 413 while it streams in")
+    request_body_timeout_seconds: float = Field(
+        10.0, gt=0, le=600,
+        description="a request's body must arrive within this long of its headers; else 408 request_timeout "
+                    "and the connection is closed (a slow client holds no request open)")
+    request_header_timeout_seconds: float = Field(
+        10.0, gt=0, le=600,
+        description="`skiplock serve` and `make run`: a connection that has not sent a request's complete "
+                    "headers this long after connecting (or after its previous answer) is closed")
+    unfinished_connections_max: int = Field(
+        200, ge=1, le=100_000,
+        description="`skiplock serve` and `make run`: at most this many connections may be sending a request's "
+                    "headers or body at once in the process; past it the oldest is closed, so slow clients "
+                    "cannot take every socket")
     max_payload_bytes: int = Field(
         65_536, ge=256, le=100_000_000,
         description="a job payload (as compact JSON) larger than this is refused with 422 at enqueue")

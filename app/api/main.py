@@ -8,9 +8,9 @@
 handler build it the same way. The pool is created on first use and closed by the
 lifespan shutdown (which Lambda never runs: there the pool lives with the process).
 
-Middleware, outermost first: the JSON 500 catch-all, the body cap (413), per-client
-rate limits (Redis, failing open), route matching (404 and 405), Idempotency-Key
-(Postgres, after authenticating), then the routes."""
+Middleware, outermost first: the JSON 500 catch-all, the body cap (413, and 408 for a
+body that does not come), per-client rate limits (Redis, failing open), route matching
+(404 and 405), Idempotency-Key (Postgres, after authenticating), then the routes."""
 
 from __future__ import annotations
 
@@ -77,7 +77,8 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
     app.add_middleware(Idempotency, runtime=runtime)
     app.add_middleware(RouteGate)
     app.add_middleware(RateLimit, settings=runtime.settings, gate=gate)
-    app.add_middleware(BodyLimit, max_bytes=runtime.settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=runtime.settings.max_body_bytes,
+                       timeout=runtime.settings.request_body_timeout_seconds)
     errors.install(app)  # last, so its catch-all is the outermost middleware
     app.include_router(cron.router)
     app.include_router(health.router)

@@ -88,6 +88,9 @@ def _complete_operation(path: str, method: str, op: dict[str, Any], settings: Se
         _add_error(responses, status, COMMON_ERRORS[status])
     _add_error(responses, "413", f"payload_too_large: the request body is over {settings.max_body_bytes} "
                                  "bytes (MAX_BODY_BYTES), refused as it streams in")
+    _add_error(responses, "408", f"request_timeout: the request body did not arrive within "
+                                 f"{settings.request_body_timeout_seconds:g} s of its headers "
+                                 "(REQUEST_BODY_TIMEOUT_SECONDS); the connection is closed")
     responses["405"].setdefault("headers", {}).update(ALLOW)
     if path != "/health/live":
         _add_error(responses, "503", COMMON_ERRORS["503"])

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 import uuid
+from pathlib import Path
+
+import httpx
 
 import uvicorn
 
@@ -15,6 +23,7 @@ from tests.credentials import CRON_SECRET
 from tests.tenant_login import tenant_login_url
 
 SECRET = CRON_SECRET
+ROOT = Path(__file__).resolve().parents[2]
 AUTH = {"Authorization": f"Bearer {SECRET}"}
 
 
@@ -75,3 +84,39 @@ def assert_error(response, status: int, code: str) -> dict:
     assert body["error"]["code"] == code
     assert body["error"]["message"]
     return body["error"]
+
+
+class ServedProcess:
+    """`python -m app serve` on a free port of 127.0.0.1, with `env` on top of the test's."""
+
+    def __init__(self, dsn: str, **env: str) -> None:
+        sock = free_socket()
+        self.port = sock.getsockname()[1]
+        sock.close()
+        self.base = f"http://127.0.0.1:{self.port}"
+        values = {**os.environ, "DATABASE_URL": dsn, "TENANT_DATABASE_URL": tenant_login_url(dsn) or "",
+                  "CRON_SECRET": CRON_SECRET, "RUN_SCHEDULER": "false", "LOG_LEVEL": "WARNING",
+                  "PYTHONPATH": str(ROOT), **env}
+        self.proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(self.port)], cwd=ROOT,
+                                     env=values, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"skiplock serve exited: {self.proc.stderr.read().decode()}")
+            try:
+                if httpx.get(f"{self.base}/health/live", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("skiplock serve did not answer in time")
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
