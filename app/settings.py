@@ -153,6 +153,15 @@ class Settings(EnvFileSettings):
     max_body_bytes: int = Field(
         1_048_576, ge=1024, le=100_000_000,
         description="a request body longer than this is refused with 413 while it streams in")
+    json_max_values: int = Field(
+        10_000, ge=100, le=10_000_000,
+        description="a JSON request body with more values than this (keys, strings, numbers, arrays, objects) is "
+                    "refused with 413 body_too_complex before it is parsed: parsing and validating cost the "
+                    "event loop per value, not per byte")
+    json_max_object_keys: int = Field(
+        1_000, ge=10, le=10_000_000,
+        description="a JSON request body with an object of more keys than this is refused with 413 "
+                    "body_too_complex before it is parsed (each unknown key would be one validation error)")
     request_body_timeout_seconds: float = Field(
         10.0, gt=0, le=600,
         description="a request's body must arrive within this long of its headers; else 408 request_timeout "

@@ -87,15 +87,21 @@ def _where(loc: tuple) -> str:
     return ".".join(parts) or "request"
 
 
+# A 422 names at most this many problems: 60,001 of them (one per unknown key) made a
+# megabyte of answer out of a megabyte of request.
+MAX_PROBLEMS = 20
+
+
 def invalid_request(problems: list[tuple[tuple, str]]) -> ApiError:
-    """422 invalid_request listing (location, message) problems, like FastAPI's own."""
-    details = [{"location": ".".join(str(p) for p in loc), "message": msg} for loc, msg in problems]
+    """422 invalid_request listing (location, message) problems, like FastAPI's own (the
+    first MAX_PROBLEMS)."""
+    details = [{"location": ".".join(str(p) for p in loc), "message": msg} for loc, msg in problems[:MAX_PROBLEMS]]
     loc, msg = problems[0] if problems else ((), "invalid")
     return ApiError(422, "invalid_request", f"{_where(tuple(loc))}: {msg}", details)
 
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-    error = invalid_request([(tuple(e.get("loc", ())), e.get("msg", "invalid")) for e in exc.errors()])
+    error = invalid_request([(tuple(e.get("loc", ())), e.get("msg", "invalid")) for e in exc.errors()[:MAX_PROBLEMS]])
     return error_response(422, error.code, error.message, error.details)
 
 

@@ -10,7 +10,8 @@ lifespan shutdown (which Lambda never runs: there the pool lives with the proces
 
 Middleware, outermost first: the JSON 500 catch-all, the body cap (413, and 408 for a
 body that does not come), per-client rate limits (Redis, failing open), route matching
-(404 and 405), Idempotency-Key (Postgres, after authenticating), then the routes."""
+(404 and 405), the JSON body's shape (413 before anything parses it), Idempotency-Key
+(Postgres, after authenticating), then the routes."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from app.api import (audit, batches, cron, dashboard, errors, events, health, jo
                      runs)
 from app.api.auth import TENANT
 from app.api.body_limit import BodyLimit
+from app.api.body_shape import BodyShape
 from app.api.idempotency import Idempotency
 from app.api.in_flight import InFlight
 from app.api.ratelimit import RateLimit
@@ -75,6 +77,8 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
     app.state.redis = gate
     app.state.tenant_in_flight = InFlight(runtime.settings.tenant_requests_in_flight)
     app.add_middleware(Idempotency, runtime=runtime)
+    app.add_middleware(BodyShape, max_values=runtime.settings.json_max_values,
+                       max_keys=runtime.settings.json_max_object_keys)
     app.add_middleware(RouteGate)
     app.add_middleware(RateLimit, settings=runtime.settings, gate=gate)
     app.add_middleware(BodyLimit, max_bytes=runtime.settings.max_body_bytes,

@@ -87,7 +87,10 @@ def _complete_operation(path: str, method: str, op: dict[str, Any], settings: Se
     for status in ("400", "405", "500"):
         _add_error(responses, status, COMMON_ERRORS[status])
     _add_error(responses, "413", f"payload_too_large: the request body is over {settings.max_body_bytes} "
-                                 "bytes (MAX_BODY_BYTES), refused as it streams in")
+                                 "bytes (MAX_BODY_BYTES), refused as it streams in; body_too_complex: a JSON "
+                                 f"body of more than {settings.json_max_values} values (JSON_MAX_VALUES), an "
+                                 f"object of more than {settings.json_max_object_keys} keys "
+                                 "(JSON_MAX_OBJECT_KEYS) or nested deeper than 64, refused before it is parsed")
     _add_error(responses, "408", f"request_timeout: the request body did not arrive within "
                                  f"{settings.request_body_timeout_seconds:g} s of its headers "
                                  "(REQUEST_BODY_TIMEOUT_SECONDS); the connection is closed")
