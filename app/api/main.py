@@ -38,6 +38,7 @@ from app.plugin import Plugin
 from app.settings import Settings, SettingsError, get_settings
 
 log = logging.getLogger("skiplock.api")
+_said = {"cursor": False}
 
 
 def create_app(settings: Settings | None = None, stages: list[Stage] | None = None,
@@ -58,7 +59,8 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
     redact_values(*(s.get_secret_value() for s in (runtime.settings.cron_secret, runtime.settings.metrics_token,
                                                    runtime.settings.cursor_secret, runtime.settings.webhook_secret)
                     if s is not None))
-    if runtime.settings.cursor_secret is None and not runtime.settings.local_dev:
+    if runtime.settings.cursor_secret is None and not runtime.settings.local_dev and not _said["cursor"]:
+        _said["cursor"] = True  # once a process
         log.warning("CURSOR_SECRET is unset: page cursors are signed with a key of this process only, so a "
                     "cursor made by another process is refused; set CURSOR_SECRET where several processes serve")
     gate = RedisGate(runtime.settings.redis_url, runtime.settings.redis_timeout_seconds)

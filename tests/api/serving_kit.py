@@ -19,7 +19,7 @@ import uvicorn
 from app import Job, NewJob, Stage
 from app.engine import jobs as q
 from app.settings import Settings, load_settings
-from tests.credentials import CRON_SECRET
+from tests.credentials import CRON_SECRET, CURSOR_SECRET
 from tests.tenant_login import tenant_login_url
 
 SECRET = CRON_SECRET
@@ -29,7 +29,8 @@ AUTH = {"Authorization": f"Bearer {SECRET}"}
 
 def make_settings(dsn: str | None, **overrides) -> Settings:
     # tenant requests on the session's tenant login, as a careful deployment serves them
-    values = dict(database_url=dsn, tenant_database_url=tenant_login_url(dsn), cron_secret=SECRET, local_dev=False)
+    values = dict(database_url=dsn, tenant_database_url=tenant_login_url(dsn), cron_secret=SECRET, local_dev=False,
+                  cursor_secret=CURSOR_SECRET)
     if "run_scheduler" in Settings.model_fields:
         values["run_scheduler"] = False  # no recurring maintenance jobs in these counts
     values.update(overrides)

@@ -38,7 +38,7 @@ def _verifies(cursor: str, key: bytes) -> bool:
 
 async def test_a_signed_cursor_tests_no_guess_of_the_cron_secret(make_client, pool, dsn):
     recorder = Recorder()
-    client = await make_client(make_settings(dsn), [recorder.stage])  # CRON_SECRET set, CURSOR_SECRET not
+    client = await make_client(make_settings(dsn, cursor_secret=None), [recorder.stage])  # CRON_SECRET set, CURSOR_SECRET not
     await seed(pool, 3)
     page = (await client.get("/jobs?limit=1")).json()
     cursor = page["nextCursor"]
