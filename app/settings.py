@@ -113,6 +113,9 @@ class Settings(EnvFileSettings):
         "INFO", description="JSON log lines at this level and above")
 
     # The HTTP API's manners: pages, Idempotency-Key, and the optional Redis.
+    api_docs: bool = Field(
+        True, description="serve /docs (Swagger UI) and /redoc (ReDoc), their scripts from the pinned fastapi-offline "
+                          "package under the dashboard's strict CSP; off: both answer 404 (/openapi.json stays)")
     page_size_default: int = Field(50, ge=1, le=1000, description="list routes: rows per page without ?limit")
     page_size_max: int = Field(200, ge=1, le=1000, description="list routes: the largest ?limit accepted")
     cursor_secret: SecretStr | None = Field(

@@ -21,8 +21,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import (audit, batches, cron, dashboard, errors, events, health, jobs, lanes, metrics, openapi,
-                     runs)
+from app.api import (audit, batches, cron, dashboard, docs, errors, events, health, jobs, lanes, metrics,
+                     openapi, runs)
 from app.api.auth import TENANT
 from app.api.body_limit import BodyLimit
 from app.api.body_shape import BodyShape
@@ -72,7 +72,8 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
         await runtime.close()
         await gate.close()
 
-    app = FastAPI(title="Skiplock", version="0.1.0", lifespan=lifespan,
+    # FastAPI's own /docs and /redoc load unpinned scripts from a CDN: ours serve the pinned package's (docs.py)
+    app = FastAPI(title="Skiplock", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Background work in the Postgres the app already runs: the pipeline "
                               "trigger, the jobs and runs it works through, and their batches.")
     app.state.runtime = runtime
@@ -91,6 +92,7 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
     app.include_router(metrics.router)  # its own auth: METRICS_TOKEN or an admin key
     app.include_router(events.ws_router)  # its own auth: a WebSocket cannot always send headers
     app.include_router(dashboard.page_router)  # the page and its assets; the key is entered on it
+    docs.install(app, runtime.settings.api_docs)  # /docs and /redoc, unless API_DOCS is off
     # Tenant routes: an API key, and row-level security in a transaction per request.
     # The plug-ins' routes are tenant routes too.
     plugin_routers = [r for p in runtime.plugins for r in p.tenant_routers()]
