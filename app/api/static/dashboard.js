@@ -3,7 +3,9 @@
 // 'system', a tenant: 'account:<id>') over the WebSocket, or GET /events polled where
 // there is none. Any event means "something changed": /stats is read again (at most
 // every half second). A gap means events were missed: the page reads /stats again and
-// carries on from the gap's `oldest`. The cursor only moves to a seq the page received.
+// carries on from the gap's `oldest`. The cursor only moves to a seq the page received,
+// and past a gap only once /stats has been read again (a failed read leaves it, so the
+// server sends the gap again on reconnecting).
 "use strict";
 
 const KEY_ITEM = "skiplock.key";
@@ -16,6 +18,7 @@ const state = {
   key: null, room: null, cursor: null, socket: null, pollTimer: null, refreshTimer: null,
   safetyTimer: null, reconnectMs: 1000, failures: 0, mode: document.body.dataset.live || "ws",
   gaps: 0, closing: false,
+  held: null, heldAt: 0, // after a gap: the furthest seq seen, kept off the cursor until /stats is read again
 };
 
 const $ = (id) => document.getElementById(id);
@@ -290,11 +293,17 @@ function describe(data) {
 
 async function refresh() {
   state.refreshTimer = null;
+  const gapsBefore = state.gaps;
   try {
     const stats = await api("/stats");
     if (state.room !== stats.room) { state.room = stats.room; state.cursor = stats.head; }
     if (state.cursor === null) state.cursor = stats.head;
     render(stats);
+    // a read begun after the last gap shows what it missed: only now may the cursor pass it
+    if (state.held !== null && gapsBefore >= state.heldAt) {
+      state.cursor = Math.max(state.cursor, state.held);
+      state.held = null;
+    }
     return stats;
   } catch (err) {
     if (err.status !== 401) setLive(`Could not read /stats: ${err.message}`, "warn");
@@ -315,24 +324,31 @@ function setLive(text, tone) {
 
 // One item from the room, whichever way it came: a gap, an event, or 'live'.
 function receive(item) {
-  if (item.type === "live") { state.cursor = item.seq; setLive("Live", "ok"); return; }
+  if (item.type === "live") { advance(item.seq); setLive("Live", "ok"); return; }
   if (item.type === "error") { setLive(item.error.message, "warn"); return; }
   if (item.type === "gap") {
     state.gaps += 1;
     document.body.dataset.gaps = String(state.gaps);
     notice(`Caught up from a gap: more than ${document.body.dataset.replay} events passed while the page was ` +
            `not connected (after ${item.after}); it reloaded everything and carries on from event ${item.oldest}.`);
-    state.cursor = item.oldest - 1;
+    state.held = Math.max(state.held ?? state.cursor, item.oldest - 1); // not the cursor: /stats first
+    state.heldAt = state.gaps;
     logActivity(item);
     refreshSoon(0);
     return;
   }
   if (typeof item.seq === "number") {
-    if (item.seq <= state.cursor) return; // seen already
-    state.cursor = item.seq;
+    if (item.seq <= (state.held ?? state.cursor)) return; // seen already
+    advance(item.seq);
     logActivity(item);
     refreshSoon();
   }
+}
+
+// The cursor moves to a seq received, unless a gap's reread of /stats is still to come.
+function advance(seq) {
+  if (state.held !== null) state.held = Math.max(state.held, seq);
+  else state.cursor = seq;
 }
 
 function connect() {
@@ -377,9 +393,9 @@ function startPolling() {
     try {
       let page;
       do {
-        page = await api(`/events?room=${encodeURIComponent(state.room)}&after=${state.cursor}&limit=200`);
+        page = await api(`/events?room=${encodeURIComponent(state.room)}&after=${state.held ?? state.cursor}&limit=200`);
         for (const item of page.data) receive(item);
-        state.cursor = Math.max(state.cursor, page.nextCursor);
+        advance(Math.max(state.held ?? state.cursor, page.nextCursor));
       } while (page.data.length >= 200);
       setLive("Polling", "ok");
     } catch (err) {
@@ -397,6 +413,7 @@ async function start(key) {
   state.key = key;
   state.closing = false;
   state.cursor = null;
+  state.held = null;
   state.room = null;
   const stats = await refresh();
   if (!stats) return false;
