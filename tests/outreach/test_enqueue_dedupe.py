@@ -126,9 +126,10 @@ async def test_a_crawl_by_url_is_refused_off_its_campaigns_site(api, pool):
         r = await crawl(url, lane=lane)
         assert r.status_code == 422 and r.json()["error"]["code"] == "job_refused", (url, r.text)
         assert r.json()["error"]["details"] == {"location": "body.payload", "site": "https://mallory.example/"}
-    # no campaign at all, and another tenant's campaign (not yours: the lane check first)
+    # no campaign at all (a tenant's job names one of its lanes), and another tenant's
+    # campaign (not yours): the lane check first, both
     nowhere = await crawl("https://mallory.example/a")
-    assert nowhere.status_code == 422 and "has no campaign" in nowhere.json()["error"]["message"], nowhere.text
+    assert nowhere.status_code == 422 and nowhere.json()["error"]["code"] == "unknown_lane", nowhere.text
     theirs = await crawl("https://ann.example/", lane=anns)
     assert theirs.status_code == 422 and theirs.json()["error"]["code"] == "unknown_lane", theirs.text
     assert await pool.fetchval("SELECT count(*) FROM jobs") == before
