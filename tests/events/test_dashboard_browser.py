@@ -151,3 +151,38 @@ async def test_a_revoked_key_logs_the_page_out(pool, browser, served, tenants, m
     await expect(page.locator("#login-error")).to_contain_text("no longer valid", timeout=10_000)
     await expect(page.get_by_label("API key")).to_be_visible()
     assert await page.evaluate("sessionStorage.length") == 0  # the key is not kept
+
+
+async def test_the_dashboard_works_mounted_under_a_prefix(pool, browser, dsn, tenants):
+    """An app that mounts Skiplock at /queue (docs/adopt.md, shape A): the page, its script
+    and style sheet, /stats and the live WebSocket are all found under the prefix."""
+    from fastapi import FastAPI
+    from playwright.async_api import expect
+    a, _, admin = tenants
+    await pool.execute("INSERT INTO jobs (type, lane) VALUES ('record', $1)", a.lane)
+    skiplock = create_app(make_settings(dsn, events_replay=REPLAY), stages=STAGES)
+    team = FastAPI()
+    team.mount("/queue", skiplock)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server, task, _ = await start_uvicorn(team, sock)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        page = await browser.new_page(viewport={"width": 1280, "height": 1000})
+        problems, outside = [], []
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.on("request", lambda r: None if r.url.startswith((f"{base}/queue/", f"ws://127.0.0.1:{port}/queue/"))
+                or r.url.startswith("data:") else outside.append(r.url))
+        await page.goto(f"{base}/queue/dashboard")
+        await page.get_by_label("API key").fill(admin.key)
+        await page.get_by_role("button", name="Open the dashboard").click()
+        await page.locator("#live", has_text="Live").wait_for(timeout=10_000)  # the WebSocket, under /queue
+        await expect(page.locator('tr[data-type="record"] td').first).to_have_text("1")  # /queue/stats
+        assert problems == [] and outside == [], (problems, outside)
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+        await skiplock.state.runtime.close()

@@ -78,10 +78,14 @@ class ApiFailure extends Error {
   }
 }
 
+// Where the app is served: the root, or the prefix an app that mounts it gives it
+// (/queue/dashboard -> /queue/); every route the page calls is under it.
+const BASE = location.pathname.replace(/dashboard\/?$/, "");
+
 async function api(path, options = {}) {
   const headers = Object.assign({ Authorization: `Bearer ${state.key}`, Accept: "application/json" },
     options.headers || {});
-  const response = await fetch(path, Object.assign({}, options, { headers, cache: "no-store" }));
+  const response = await fetch(BASE + path.replace(/^\//, ""), Object.assign({}, options, { headers, cache: "no-store" }));
   const body = await response.json().catch(() => null);
   if (response.status === 401) {
     logout("That API key was refused (unknown, revoked or malformed).");
@@ -355,7 +359,7 @@ function connect() {
   if (state.closing || !state.key || state.room === null) return;
   if (state.mode !== "ws" || !window.WebSocket) { startPolling(); return; }
   const scheme = location.protocol === "https:" ? "wss" : "ws";
-  const url = `${scheme}://${location.host}/events/ws?room=${encodeURIComponent(state.room)}&after=${state.cursor}`;
+  const url = `${scheme}://${location.host}${BASE}events/ws?room=${encodeURIComponent(state.room)}&after=${state.cursor}`;
   let socket;
   try {
     socket = new WebSocket(url, ["skiplock.events", `bearer.${state.key}`]);
