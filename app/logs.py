@@ -240,7 +240,7 @@ class ProgressLine(logging.Handler):
 
 def _run_line(event: dict) -> str:
     line = (f"run {str(event.get('runId'))[:8]} ({event.get('trigger')}) stopped: {event.get('stopReason')}"
-            f" | {event.get('jobsDone')} done, {event.get('jobsFailed')} failed, {event.get('jobsDeferred')} deferred")
+            f" | {event.get('jobsDone')} done, {event.get('jobsFailed')} failed, {event.get('jobsRetried')} retried, {event.get('jobsDeferred')} deferred")
     return line + (f" | error: {printable(str(event['error']))}" if event.get("error") else "")
 
 

@@ -133,7 +133,7 @@ def run_json(row: Mapping[str, Any], budget_seconds: float | None = None) -> dic
     started, finished = row["started_at"], row["finished_at"]
     body = {
         "id": str(row["id"]), "trigger": row["trigger"], "stopReason": row["stop_reason"],
-        "jobsDone": row["jobs_done"], "jobsFailed": row["jobs_failed"],
+        "jobsDone": row["jobs_done"], "jobsFailed": row["jobs_failed"], "jobsRetried": row["jobs_retried"],
         "jobsDeferred": row["jobs_deferred"], "quotaUnits": row["quota_units"],
         "summary": row["summary"], "error": row["error"],
         "startedAt": started.isoformat(), "finishedAt": finished.isoformat() if finished else None,

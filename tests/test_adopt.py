@@ -50,7 +50,7 @@ async def test_mounted_into_the_teams_own_app(dsn, pool, tmp_path, monkeypatch):
         assert made.status_code == 201, made.text
         ran = await client.post("/queue/cron/pipeline", headers={"Authorization": f"Bearer {CRON}"})
         assert ran.status_code == 200, ran.text
-        assert ran.json()["jobsDone"] == 1 and ran.json()["summary"]["welcomes_sent"] == 1
+        assert ran.json()["jobsDone"] == 1 and ran.json()["summary"]["counts"]["welcomes_sent"] == 1
     await teamapp.skiplock.state.runtime.close()
     get_settings.cache_clear()
 
@@ -68,5 +68,5 @@ async def test_a_service_of_its_own_on_the_same_database(dsn, pool, tmp_path):
     script = os.path.join(os.path.dirname(sys.executable), "skiplock")
     ran = subprocess.run([script, "run-once"], cwd=folder, env=env, capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr
-    assert json.loads(ran.stdout)["summary"]["welcomes_sent"] == 1
+    assert json.loads(ran.stdout)["summary"]["counts"]["welcomes_sent"] == 1
     assert await pool.fetchval("SELECT status FROM jobs WHERE type = 'welcome'") == "done"

@@ -42,7 +42,7 @@ async def test_a_maintenance_run_prunes_past_the_retention_oldest_first_a_bounde
     s = settings(audit_retention_days=365)
 
     first = await Pipeline(pool, [], s).run("cron")
-    assert first.summary["audit_pruned"] == bound
+    assert first.summary["counts"]["audit_pruned"] == bound
     left = await pool.fetch("SELECT table_name, count(*) FROM audit_log GROUP BY 1")
     assert {r["table_name"]: r["count"] for r in left} == {"past": 500, "kept": 5}
     # the oldest went first: what is left of the old rows is their newest 500
@@ -50,7 +50,7 @@ async def test_a_maintenance_run_prunes_past_the_retention_oldest_first_a_bounde
 
     await next_period(pool)
     second = await Pipeline(pool, [], s).run("cron")
-    assert second.summary["audit_pruned"] == 500
+    assert second.summary["counts"]["audit_pruned"] == 500
     assert await pool.fetchval("SELECT count(*) FROM audit_log WHERE table_name = 'kept'") == 5
     assert await pool.fetchval("SELECT count(*) FROM audit_log") == 5
 

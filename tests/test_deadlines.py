@@ -25,7 +25,7 @@ async def test_a_deadline_fires_when_due_and_only_once(pool):
     await pool.execute("UPDATE deadlines SET due_at = now() - interval '1 second'")
     await pool.execute("UPDATE jobs SET run_after = now() WHERE type = 'deadline'")  # four hours later
     second = await pipeline.run("cron")
-    assert second.summary["deadlines_breached"] == 1
+    assert second.summary["counts"]["deadlines_breached"] == 1
     rows = {r["id"]: r for r in await pool.fetch("SELECT * FROM deadlines")}
     assert rows[breached]["breached_at"] is not None and rows[kept]["breached_at"] is None
     assert not await resolve_deadline(pool, breached)  # too late

@@ -55,7 +55,7 @@ async def test_prune_removes_old_finished_jobs_only(pool):
     await pool.execute("UPDATE jobs SET status = 'failed', attempts = 1, finished_at = now() "
                        "WHERE id = $1", fresh[0])
     result = await Pipeline(pool, [], settings(job_retention_hours=24)).run("cron")
-    assert result.summary["pruned"] == len(old)
+    assert result.summary["counts"]["pruned"] == len(old)
     assert await pool.fetchval("SELECT count(*) FROM jobs WHERE type = 't'") == 3
 
 

@@ -83,7 +83,7 @@ async def _recount(db) -> tuple[dict, dict]:
         runs[(r["trigger"], r["stop_reason"])] = (
             n + 1, seconds + r["took"], [b + (r["took"] <= bound) for b, bound in zip(buckets, DURATION_BOUNDS)])
         for type_, counts in r["summary"].get("stages", {}).items():
-            e = endings.setdefault(type_, {"done": 0, "failed": 0, "deferred": 0})
+            e = endings.setdefault(type_, {"done": 0, "failed": 0, "retried": 0, "deferred": 0})
             for outcome in e:
                 e[outcome] += counts.get(outcome, 0)
     return runs, endings
@@ -93,7 +93,7 @@ async def _totals(db) -> tuple[dict, dict]:
     """What /metrics reads (the running totals), in _recount's shape."""
     runs = {(t.trigger, t.stop_reason): (t.runs, pytest.approx(t.seconds), t.buckets)
             for t in await queue_stats.run_totals(db)}
-    endings = {r["type"]: {k: r[k] for k in ("done", "failed", "deferred")}
+    endings = {r["type"]: {k: r[k] for k in ("done", "failed", "retried", "deferred")}
                for r in await queue_stats.endings_by_type(db)}
     return runs, endings
 
@@ -141,12 +141,12 @@ async def test_metrics_are_the_databases_own_counts(dsn, pool, admin_key):
     assert get("skiplock_runs_in_progress", trigger="worker") == 1
 
     assert {k[1] for k in m if k[0] == "skiplock_jobs_total"} == {
-        (("outcome", o), ("type", t)) for t in endings for o in ("done", "failed", "deferred")}
+        (("outcome", o), ("type", t)) for t in endings for o in ("done", "failed", "retried", "deferred")}
     for type_, counts in endings.items():
         for outcome, n in counts.items():
             assert get("skiplock_jobs_total", type=type_, outcome=outcome) == n
-    assert endings["echo"] == {"done": 15, "failed": 4, "deferred": 1}
-    assert endings["other"] == {"done": 2, "failed": 0, "deferred": 2}
+    assert endings["echo"] == {"done": 15, "failed": 4, "retried": 0, "deferred": 1}
+    assert endings["other"] == {"done": 2, "failed": 0, "retried": 0, "deferred": 2}
 
     # the abandoned run finishes after all: its counts move to what its row says now
     await finish_run(pool, silent, stop_reason="time_budget", done=5, failed=1, deferred=0, units=0,
@@ -179,7 +179,8 @@ async def test_the_totals_count_the_runs_finished_before_them(new_database):
             if version >= "0022":
                 await db.execute(sql)
         assert await _totals(db) == await _recount(db)
-        assert (await _totals(db))[1]["echo"] == {"done": 465, "failed": 30, "deferred": 0}
+        # one failed attempt a run, and none gave up (0036 splits what 0022 counted)
+        assert (await _totals(db))[1]["echo"] == {"done": 465, "failed": 0, "retried": 30, "deferred": 0}
         await finish_run(db, open_run, stop_reason="no_work", done=1, failed=0, deferred=0, units=0,
                          summary=_summary(echo=(1, 0, 0)), error=None)
         assert await _totals(db) == await _recount(db)

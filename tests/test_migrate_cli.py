@@ -74,7 +74,7 @@ async def test_cli_enqueue_then_run_once(dsn, pool):
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)
     assert summary["stopReason"] == "no_work" and summary["jobsDone"] == 1
-    assert summary["summary"]["echoed"] == 1
+    assert summary["summary"]["counts"]["echoed"] == 1
     row = await pool.fetchrow("SELECT status, run_id FROM jobs WHERE id = $1", uuid.UUID(job_id))
     assert row["status"] == "done" and str(row["run_id"]) == summary["id"]
 
@@ -124,7 +124,7 @@ async def test_own_stage_list_from_pipeline_stages(dsn, pool, tmp_path):
     env = {"PIPELINE_STAGES": "mystages:STAGES", "PYTHONPATH": f"{tmp_path}:{os.getcwd()}"}
     assert cli("enqueue", "shout", "--payload", '{"text": "abc"}', env=env, dsn=dsn).returncode == 0
     summary = json.loads(cli("run-once", env=env, dsn=dsn).stdout)
-    assert summary["summary"]["shouted"] == 3 and summary["jobsDone"] == 1
+    assert summary["summary"]["counts"]["shouted"] == 3 and summary["jobsDone"] == 1
 
 
 def installed(*args, cwd, env=None, dsn=None):
@@ -147,7 +147,7 @@ async def test_the_installed_command_finds_a_stage_module_in_the_current_folder(
     queued = installed("enqueue", "shout", "--payload", '{"text": "abcd"}', cwd=tmp_path, env=env, dsn=dsn)
     assert queued.returncode == 0, queued.stderr
     summary = json.loads(installed("run-once", cwd=tmp_path, env=env, dsn=dsn).stdout)
-    assert summary["summary"]["shouted"] == 4 and summary["jobsDone"] == 1
+    assert summary["summary"]["counts"]["shouted"] == 4 and summary["jobsDone"] == 1
 
 
 def test_a_stage_module_that_cannot_load_is_said_before_any_server_starts(tmp_path):
@@ -193,7 +193,7 @@ async def test_the_readmes_stage_runs_as_pasted(dsn, pool, tmp_path):
     good = installed("enqueue", "invoice", "--payload", '{"to": "a@b.c"}', cwd=tmp_path, env=env, dsn=dsn)
     assert good.returncode == 0, good.stderr
     summary = json.loads(installed("run-once", cwd=tmp_path, env=env, dsn=dsn).stdout)
-    assert summary["jobsDone"] == 1 and summary["summary"]["invoices_sent"] == 1
+    assert summary["jobsDone"] == 1 and summary["summary"]["counts"]["invoices_sent"] == 1
 
 
 async def test_a_retry_of_a_job_no_loaded_stage_handles_says_so(dsn, pool):

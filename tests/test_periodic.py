@@ -35,7 +35,7 @@ async def test_runs_in_one_period_run_the_periodic_stage_once(pool):
     first = await pipeline(pool, stages).run("cron")
     second = await pipeline(pool, stages).run("cron")
     assert seen == [{"period": (await period_start(pool, CENTURY)).isoformat()}]
-    assert first.summary["periodic_enqueued"] == 1 and "periodic_enqueued" not in second.summary
+    assert first.summary["counts"]["periodic_enqueued"] == 1 and "periodic_enqueued" not in second.summary["counts"]
     assert first.summary["stages"]["digest"]["done"] == 1 and first.jobs_done == 1
 
 

@@ -59,7 +59,7 @@ async def test_loop_restarts_from_the_first_stage_after_every_batch(pool, monkey
     assert order == ["crawl", "extract"] * 3
     assert result.stop_reason == "no_work" and result.jobs_done == 6
     stages_summary = result.summary["stages"]
-    assert stages_summary["crawl"] == stages_summary["extract"] == {"done": 3, "failed": 0, "deferred": 0}
+    assert stages_summary["crawl"] == stages_summary["extract"] == {"done": 3, "failed": 0, "retried": 0, "deferred": 0}
     # the pipeline's own housekeeping ran first and is not counted as the user's work
     assert stages_summary["maintenance"]["done"] == len(RECURRING)
 
@@ -155,7 +155,7 @@ async def test_handler_counts_land_in_the_summary(pool):
     await f.jobs(pool, "t", 4)
     result = await pipeline(pool, [Stage(type="t", handler=fetch, batch=2, concurrency=2)]).run("cron")
     row = await run_row(pool, result.run_id)
-    assert row["summary"]["pages_fetched"] == 4 and row["summary"]["contacts_found"] == 8
+    assert row["summary"]["counts"]["pages_fetched"] == 4 and row["summary"]["counts"]["contacts_found"] == 8
     assert row["quota_units"] == 12 and result.units == 12
 
 
@@ -237,12 +237,12 @@ async def test_failure_is_retried_with_backoff_then_given_up_with_a_refund(pool)
     [job_id] = await f.jobs(pool, "t", 1)
     first = await pipeline(pool, stages).run("cron")
     row = await f.job_row(pool, job_id)
-    assert first.jobs_failed == 1 and row["status"] == "pending" and row["attempts"] == 1
+    assert (first.jobs_failed, first.jobs_retried) == (0, 1) and row["status"] == "pending" and row["attempts"] == 1
     assert row["last_error"] == "ValueError: upstream said no" and refunds == []
     await pool.execute("UPDATE jobs SET run_after = now()")  # two minutes later
     second = await pipeline(pool, stages).run("cron")
     row = await f.job_row(pool, job_id)
-    assert second.jobs_failed == 1 and second.summary["gaveUp"] == 1
+    assert (second.jobs_failed, second.jobs_retried) == (1, 0)
     assert row["status"] == "failed" and refunds == [job_id]
 
 
@@ -254,7 +254,7 @@ async def test_stage_timeout_is_a_failure_but_the_platform_limit_is_a_deferral(p
     stages = [Stage(type="t", handler=hangs, timeout=0.2)]
     result = await pipeline(pool, stages).run("manual")
     row = await f.job_row(pool, job_id)
-    assert result.jobs_failed == 1 and row["last_error"] == "timed out after 0.2s"
+    assert result.jobs_retried == 1 and row["last_error"] == "timed out after 0.2s"
 
     await pool.execute("UPDATE jobs SET run_after = now()")
     stages = [Stage(type="t", handler=hangs, timeout=20)]
@@ -273,7 +273,7 @@ async def test_batch_handler_reports_per_job_outcomes(pool):
     statuses = {r["id"]: (r["status"], r["attempts"]) for r in await pool.fetch("SELECT * FROM jobs")}
     assert statuses[ids[0]] == ("pending", 1) and statuses[ids[1]] == ("pending", 0)
     assert statuses[ids[2]] == statuses[ids[3]] == ("done", 1)
-    assert (result.jobs_done, result.jobs_failed, result.jobs_deferred) == (2, 1, 1)
+    assert (result.jobs_done, result.jobs_failed, result.jobs_retried, result.jobs_deferred) == (2, 0, 1, 1)
 
 
 async def test_quota_stop_ends_the_run_with_its_reason(pool):
@@ -347,7 +347,7 @@ async def test_stuck_jobs_are_swept_at_the_start_of_a_run(pool):
     await q.claim(pool, stage.lease_terms, await f.run(pool), 1)
     await f.age_lock(pool, job_id, 61)
     result = await pipeline(pool, [stage]).run("cron")
-    assert refunds == [job_id] and result.summary["swept"] == 1
+    assert refunds == [job_id] and result.summary["counts"]["swept"] == 1 and result.jobs_failed == 1
     assert (await f.job_row(pool, job_id))["status"] == "failed"
 
 

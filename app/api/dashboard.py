@@ -109,7 +109,8 @@ async def stats(request: Request) -> JSONResponse:
     runs = [run_json(r) for r in await run_log.list_runs(db, stop_reason=None, trigger=None, after=None,
                                                           limit=RUNS_SHOWN)]
     chart = [{"run": str(r["id"]), "startedAt": iso(r["started_at"]), "done": r["jobs_done"],
-              "failed": r["jobs_failed"], "deferred": r["jobs_deferred"], "stopReason": r["stop_reason"]}
+              "failed": r["jobs_failed"], "retried": r["jobs_retried"], "deferred": r["jobs_deferred"],
+              "stopReason": r["stop_reason"]}
              for r in reversed(await db.fetch(query("dashboard_runs_chart"), CHART_RUNS))]
     trouble = [{"id": str(r["id"]), "type": r["type"], "status": r["status"], "attempts": r["attempts"],
                 "lastError": r["last_error"], "runAfter": iso(r["run_after"]),

@@ -88,9 +88,10 @@ async def read_metrics(pool, plugins, settings, handled: list[str] | None = None
         running.add_metric([trigger], n)
 
     ended = CounterMetricFamily(f"{PREFIX}_jobs", "job attempts ended by finished runs, by type and outcome "
-                                "(done; failed: retried later or given up; deferred)", labels=["type", "outcome"])
+                                "(done; failed: the job ended failed; retried: a failed attempt tried again; "
+                                "deferred)", labels=["type", "outcome"])
     for row in endings:
-        for outcome in ("done", "failed", "deferred"):
+        for outcome in ("done", "failed", "retried", "deferred"):
             ended.add_metric([row["type"], outcome], row[outcome] or 0)
 
     known = [h["seconds"] for h in holders if h["seconds"] is not None]

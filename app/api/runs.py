@@ -39,10 +39,12 @@ class RunOut(BaseModel):
     stopReason: Literal[STOP_REASONS] | None = Field(
         description="why it stopped; null while it runs (or if it was killed before it could say)")
     jobsDone: int = Field(description="jobs of your stages it finished")
-    jobsFailed: int = Field(description="failed attempts (retried later, or given up)")
+    jobsFailed: int = Field(description="jobs that ended failed: no attempt left, or failed for good")
+    jobsRetried: int = Field(description="failed attempts that will be tried again after a backoff")
     jobsDeferred: int = Field(description="jobs handed back for later, their attempt not counted")
     quotaUnits: int = Field(description="shared quota units it spent")
-    summary: dict[str, Any] = Field(description="per stage counts and anything else the run recorded")
+    summary: dict[str, Any] = Field(description="stages: per stage {done, failed, retried, deferred}; "
+                                                "counts: the handlers' own counters, by the names they gave")
     error: str | None
     startedAt: datetime
     finishedAt: datetime | None

@@ -62,7 +62,7 @@ async def open_runs(db) -> dict[str, int]:
 
 
 async def endings_by_type(db, within_seconds: float | None = None) -> list[dict]:
-    """Per job type: done, failed (attempts) and deferred, from the finished runs'
+    """Per job type: done, failed, retried and deferred, from the finished runs'
     summaries: of every run (the running totals), or of those started in the last
     `within_seconds` (summed from those runs)."""
     if within_seconds is None:

@@ -35,15 +35,16 @@ async def start_run(db, trigger: str, run_id: uuid.UUID | None = None) -> uuid.U
 
 
 async def beat(db, run_id: uuid.UUID, *, done: int, failed: int, deferred: int, units: int,
-               summary: dict[str, Any]) -> None:
+               summary: dict[str, Any], retried: int = 0) -> None:
     """The run is alive; its counts so far go with the beat."""
-    await db.execute(query("run_heartbeat"), run_id, done, failed, deferred, units, summary)
+    await db.execute(query("run_heartbeat"), run_id, done, failed, deferred, units, summary, retried)
 
 
 async def finish_run(db, run_id: uuid.UUID, *, stop_reason: str, done: int, failed: int,
-                     deferred: int, units: int, summary: dict[str, Any], error: str | None):
+                     deferred: int, units: int, summary: dict[str, Any], error: str | None,
+                     retried: int = 0):
     return await db.fetchrow(query("run_finish"), run_id, stop_reason, done, failed, deferred,
-                             units, summary, error)
+                             units, summary, error, retried)
 
 
 async def others_running(db, run_id: uuid.UUID, silent_seconds: float = ABANDONED_AFTER_SECONDS) -> bool:

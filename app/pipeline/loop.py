@@ -40,6 +40,7 @@ class RunResult:
     stop_reason = property(lambda self: self.row["stop_reason"])
     jobs_done = property(lambda self: self.row["jobs_done"])
     jobs_failed = property(lambda self: self.row["jobs_failed"])
+    jobs_retried = property(lambda self: self.row["jobs_retried"])
     jobs_deferred = property(lambda self: self.row["jobs_deferred"])
     units = property(lambda self: self.row["quota_units"])
     summary = property(lambda self: self.row["summary"])
@@ -164,7 +165,8 @@ class Pipeline:
         if log.isEnabledFor(logging.INFO):
             log.info(json.dumps({"event": "run", "runId": str(run_id), "trigger": trigger,
                                  "stopReason": result.stop_reason, "jobsDone": result.jobs_done,
-                                 "jobsFailed": result.jobs_failed, "jobsDeferred": result.jobs_deferred,
+                                 "jobsFailed": result.jobs_failed, "jobsRetried": result.jobs_retried,
+                                 "jobsDeferred": result.jobs_deferred,
                                  "units": result.units, "error": error}))
         return result
 
@@ -531,14 +533,15 @@ class Pipeline:
             return s
         t = ctx.tally
         t.lost += s.lost
-        t.stage(stage.type, done=s.done, failed=s.failed, deferred=s.deferred)
+        t.stage(stage.type, done=s.done, failed=s.failed, retried=s.retried, deferred=s.deferred)
         if stage.internal:
             return s
         t.done += s.done
         t.deferred += s.deferred
         t.failed += s.failed
-        t.gave_up += s.gave_up
+        t.retried += s.retried
         if log.isEnabledFor(logging.INFO):
             log.info(json.dumps({"event": "batch", "runId": str(ctx.run_id), "stage": stage.type,
-                                 "done": s.done, "failed": s.failed, "deferred": s.deferred}))
+                                 "done": s.done, "failed": s.failed, "retried": s.retried,
+                                 "deferred": s.deferred}))
         return s

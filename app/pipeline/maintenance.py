@@ -39,7 +39,8 @@ async def sweep_stuck(pool, stages: list[Stage], ctx: Context) -> int:
                 if not await outcomes.give_up_stuck(pool, stage, job_id, ctx):
                     continue  # another sweep got it first
                 swept += 1
-                ctx.tally.gave_up += 1
+                ctx.tally.failed += 1
+                ctx.tally.stage(stage.type, failed=1)
             except Exception as exc:
                 ctx.tally.errors.append(f"gave_up({stage.type} {job_id}): {outcomes.error_text(exc)}")
                 log.warning("giving up stuck %s job %s failed: %s", stage.type, job_id, exc)

@@ -94,8 +94,8 @@ class Settled:
     """What settle() wrote for one batch (and the next batch it claimed, if asked)."""
     done: int = 0
     deferred: int = 0
-    failed: int = 0   # failed attempts: retried later or given up
-    gave_up: int = 0  # of those, failed for good
+    failed: int = 0   # jobs that ended failed: no attempt left, or failed for good
+    retried: int = 0  # failed attempts that will be tried again
     lost: int = 0     # endings dropped: another run had reclaimed the job
     claimed: list[Job] = field(default_factory=list)
 
@@ -126,8 +126,10 @@ async def settle(db, stage: Stage, endings: BatchEndings, ctx: Context, *,
         if gave_up is None:
             out.lost += 1
             continue
-        out.failed += 1
-        out.gave_up += gave_up
+        if gave_up:
+            out.failed += 1
+        else:
+            out.retried += 1
     return out
 
 

@@ -69,7 +69,8 @@ class RunRecord:
 
     def _counts(self) -> dict[str, Any]:
         t = self.tally
-        return {"done": t.done, "failed": t.failed, "deferred": t.deferred, "units": t.units,
+        return {"done": t.done, "failed": t.failed, "retried": t.retried, "deferred": t.deferred,
+                "units": t.units,
                 "summary": t.summary()}
 
     async def _beat_forever(self) -> None:
@@ -96,7 +97,7 @@ class RunRecord:
         try:
             row = await retrying(lambda: finish_run(
                 self.pool, self.run_id, stop_reason=stop_reason, done=t.done, failed=t.failed,
-                deferred=t.deferred, units=t.units, summary=t.summary(), error=error),
+                retried=t.retried, deferred=t.deferred, units=t.units, summary=t.summary(), error=error),
                 deadline, "recording the run")
         except Exception as exc:
             if not connection_lost(exc):

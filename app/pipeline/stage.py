@@ -229,9 +229,9 @@ class StopRun(DeferJob):
 class Tally:
     """What a run did, as it goes: the runs row is written from this."""
     done: int = 0
-    failed: int = 0
+    failed: int = 0    # jobs that ended failed: no attempt left, or failed for good
+    retried: int = 0   # failed attempts that will be tried again
     deferred: int = 0
-    gave_up: int = 0
     lost: int = 0  # outcomes dropped because another run had reclaimed the job
     second_stream_batches: int = 0  # batches the run's second claim stream took (loop.py)
     units: int = 0
@@ -240,15 +240,14 @@ class Tally:
     errors: list[str] = field(default_factory=list)
 
     def stage(self, type_: str, **deltas: int) -> None:
-        row = self.stages.setdefault(type_, {"done": 0, "failed": 0, "deferred": 0})
+        row = self.stages.setdefault(type_, {"done": 0, "failed": 0, "retried": 0, "deferred": 0})
         for key, n in deltas.items():
             row[key] = row.get(key, 0) + n
 
     def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self.counts)
-        out["stages"] = self.stages
-        if self.gave_up:
-            out["gaveUp"] = self.gave_up
+        # the handlers' counters under `counts`, by the names they gave: the summary's own
+        # keys are the API's words
+        out: dict[str, Any] = {"stages": self.stages, "counts": dict(self.counts)}
         if self.lost:
             out["lost"] = self.lost
         if self.second_stream_batches:

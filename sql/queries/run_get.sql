@@ -1,5 +1,5 @@
 -- One run, as the API shows it.
-SELECT id, trigger, stop_reason, jobs_done, jobs_failed, jobs_deferred, quota_units, summary,
+SELECT id, trigger, stop_reason, jobs_done, jobs_failed, jobs_retried, jobs_deferred, quota_units, summary,
        error, started_at, finished_at
 FROM runs
 WHERE id = $1

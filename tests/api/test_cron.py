@@ -11,7 +11,7 @@ from serving_kit import (AUTH, SECRET, Recorder, assert_error, free_socket, make
 
 from app.api import create_app
 
-RUN_KEYS = {"id", "trigger", "stopReason", "jobsDone", "jobsFailed", "jobsDeferred", "quotaUnits",
+RUN_KEYS = {"id", "trigger", "stopReason", "jobsDone", "jobsFailed", "jobsRetried", "jobsDeferred", "quotaUnits",
             "summary", "error", "startedAt", "finishedAt", "durationSeconds", "budgetSeconds"}
 
 
@@ -73,7 +73,7 @@ async def test_a_run_returns_its_summary_and_writes_its_runs_row(make_client, vi
     assert body["trigger"] == "http"
     assert body["stopReason"] == "no_work"
     assert body["jobsFailed"] == 0 and body["error"] is None
-    assert body["summary"]["stages"]["record"] == {"done": 7, "failed": 0, "deferred": 0}
+    assert body["summary"]["stages"]["record"] == {"done": 7, "failed": 0, "retried": 0, "deferred": 0}
     assert sorted(recorder.seen) == sorted(ids)
 
     row = await pool.fetchrow("SELECT * FROM runs WHERE id = $1::uuid", body["id"])

@@ -79,14 +79,15 @@ async def test_a_draft_that_gives_up_is_charged_once_and_refunded_once(pool, sit
     on = dict(llm_base_url=f"{llm.url}/v1", llm_model="m")
     for attempt in range(1, DRAFT_STAGE.max_attempts + 1):
         result = await run(pool, **on)
-        assert result.jobs_failed == 1
+        last = attempt == DRAFT_STAGE.max_attempts
+        assert (result.jobs_failed, result.jobs_retried) == ((1, 0) if last else (0, 1))
         # charged on the first attempt only; retries reuse the charge
         assert await ledger(pool, job) == (["charge"] if attempt < DRAFT_STAGE.max_attempts
                                            else ["charge", "refund"])
         await pool.execute("UPDATE jobs SET run_after = now()")
     row = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", job)
     assert row["status"] == "failed" and "HTTP 500" in row["last_error"]
-    assert result.summary["credits_refunded"] == 1
+    assert result.summary["counts"]["credits_refunded"] == 1
     assert await credits_used(pool, cid) == 0  # the credit is back in today's allowance
     # asking again changes nothing: exactly once
     async with pool.acquire() as conn, conn.transaction():

@@ -210,7 +210,7 @@ async def test_bobs_jobs_naming_anns_rows_change_nothing_of_hers(pool, site, bob
             # failed for good on its first attempt: no retry can make it Ann's
             assert (job["status"], job["attempts"]) == ("failed", 1), (type_, payload)
             assert error in job["last_error"], (type_, payload, job["last_error"])
-    assert result.summary["stages"]["crawl"]["failed"] == 6 and result.summary["gaveUp"] == 15
+    assert result.summary["stages"]["crawl"]["failed"] == 6 and result.jobs_failed == 15
     # Bob's brief ran on Bob's campaign, from Bob's site
     assert await pool.fetchval("SELECT title FROM briefs WHERE campaign_id = $1", bob) == "Bob's Bikes"
 

@@ -156,17 +156,17 @@ function renderChart(stats) {
   const box = $("chart");
   box.replaceChildren();
   const width = 600, height = 140, pad = 4;
-  const top = Math.max(1, ...runs.map((r) => r.done + r.failed + r.deferred));
+  const top = Math.max(1, ...runs.map((r) => r.done + r.failed + r.retried + r.deferred));
   const step = runs.length ? (width - 2 * pad) / runs.length : 0;
   const bar = Math.max(1, step * 0.8);
-  const total = { done: 0, failed: 0, deferred: 0 };
+  const total = { done: 0, failed: 0, retried: 0, deferred: 0 };
   const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none", role: "img",
     "aria-labelledby": "chart-title" });
   const title = svg("title", { id: "chart-title" });
   chart.append(title);
   runs.forEach((run, i) => {
     let y = height - pad;
-    for (const part of ["done", "failed", "deferred"]) {
+    for (const part of ["done", "failed", "retried", "deferred"]) {
       total[part] += run[part];
       const h = (run[part] / top) * (height - 2 * pad);
       if (h <= 0) continue;
@@ -177,11 +177,12 @@ function renderChart(stats) {
     }
   });
   title.textContent = runs.length
-    ? `${runs.length} runs in the last 24 hours: ${total.done} done, ${total.failed} failed, ${total.deferred} deferred`
+    ? `${runs.length} runs in the last 24 hours: ${total.done} done, ${total.failed} failed, ${total.retried} retried, ${total.deferred} deferred`
     : "No finished runs in the last 24 hours";
   box.append(chart, el("p", { class: "legend" },
     el("span", {}, el("i", { class: "sw-done" }), `done ${total.done}`),
     el("span", {}, el("i", { class: "sw-failed" }), `failed ${total.failed}`),
+    el("span", {}, el("i", { class: "sw-retried" }), `retried ${total.retried}`),
     el("span", {}, el("i", { class: "sw-deferred" }), `deferred ${total.deferred}`)));
   $("chart-caption").textContent = stats.admin ? title.textContent : "Runs are the operator's: an admin key shows them.";
 }
@@ -189,9 +190,9 @@ function renderChart(stats) {
 function renderRuns(stats) {
   fill($("runs-table").tBodies[0], stats.runs.map((run) => el("tr", {},
     el("td", { text: when(run.startedAt) }), el("td", { text: run.trigger }),
-    el("td", { text: run.stopReason || "running…" }), num(run.jobsDone), num(run.jobsFailed), num(run.jobsDeferred),
+    el("td", { text: run.stopReason || "running…" }), num(run.jobsDone), num(run.jobsFailed), num(run.jobsRetried), num(run.jobsDeferred),
     el("td", { class: "num", text: run.durationSeconds === null ? "–" : `${run.durationSeconds.toFixed(1)} s` }))),
-    7, stats.admin ? "No runs yet." : "Runs are the operator's: an admin key shows them.");
+    8, stats.admin ? "No runs yet." : "Runs are the operator's: an admin key shows them.");
 }
 
 function renderLanes(stats) {
