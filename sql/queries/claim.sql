@@ -46,6 +46,7 @@ WITH done AS (
       AND j.locked_at < now() - make_interval(secs => $4)
       AND j.attempts < $5
       AND NOT coalesce(r.paused, false)
+      AND NOT EXISTS (SELECT 1 FROM paused_stages p WHERE p.type = $1)
       -- never this run's own: a run that asks is alive, and a batch of its own that waited
       -- past its lease (prefetched, or held by its other claim stream) is still going to
       -- run. Taken back by the same run, it would run twice, and the writes of one copy,
@@ -91,6 +92,8 @@ WITH done AS (
                coalesce(l.head_at, '-infinity') AS live_from
         FROM job_lanes l
         WHERE l.type = $1 AND l.pending > 0 AND NOT l.paused AND l.ready_at <= now()
+          -- nothing of a stage an operator paused (one probe of a table people write)
+          AND NOT EXISTS (SELECT 1 FROM paused_stages p WHERE p.type = $1)
         ORDER BY l.priority DESC, l.served, l.head_at
         LIMIT 40 * $2
     ) l
