@@ -31,6 +31,7 @@ from app.api.in_flight import InFlight
 from app.api.ratelimit import RateLimit
 from app.api.redis_gate import RedisGate
 from app.api.route_gate import RouteGate
+from app.api.stages import router as stages_router
 from app.logs import install_redaction, redact_values
 from app.runtime import Runtime
 from app.pipeline.stage import Stage
@@ -96,7 +97,7 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
     # Tenant routes: an API key, and row-level security in a transaction per request.
     # The plug-ins' routes are tenant routes too.
     plugin_routers = [r for p in runtime.plugins for r in p.tenant_routers()]
-    tenant_routers = [jobs.router, runs.router, lanes.router, batches.router, *plugin_routers, audit.router,
+    tenant_routers = [jobs.router, runs.router, lanes.router, stages_router, batches.router, *plugin_routers, audit.router,
                       events.router, dashboard.router]
     for router in tenant_routers:
         app.include_router(router, dependencies=[TENANT])

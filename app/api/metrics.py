@@ -20,6 +20,7 @@ from app.api.deps import owner_pool_of
 from app.api.errors import ApiError
 from app.api.params import only_params
 from app.engine import queue_stats
+from app.engine import stages as stages_engine
 from app.engine.accounts import authenticate
 from app.runtime import database_errors, handled_types
 
@@ -57,6 +58,7 @@ async def read_metrics(pool, plugins, settings, handled: list[str] | None = None
         tick = await queue_stats.last_maintenance_tick(conn)
         holders = await queue_stats.horizon_holders(conn)
         tables = await queue_stats.queue_tables(conn)
+        stopped = await stages_engine.paused_stages(conn)
         plugin_gauges = [(p.name, g) for p in plugins if p.metrics is not None
                          for g in await p.metrics(conn, settings)]
 
@@ -112,7 +114,13 @@ async def read_metrics(pool, plugins, settings, handled: list[str] | None = None
         dead.add_metric([t["table_name"]], t["dead"])
         live.add_metric([t["table_name"]], t["live"])
 
-    families = [jobs, paused, oldest, run_count, duration, running, ended, snapshot_age, snapshot_xids, dead, live]
+    paused_stages = GaugeMetricFamily(f"{PREFIX}_stage_paused", "1 while an operator has paused the stage "
+                                      "for every lane (PATCH /stages/{type})", labels=["type"])
+    for type_ in stopped:
+        paused_stages.add_metric([type_], 1)
+
+    families = [jobs, paused, oldest, run_count, duration, running, ended, snapshot_age, snapshot_xids, dead, live,
+                paused_stages]
     if handled is not None:
         stray = GaugeMetricFamily(f"{PREFIX}_unhandled_jobs", "pending jobs of a type no stage loaded here "
                                   "handles (a typo in an INSERT, a plug-in left out): they wait for ever",

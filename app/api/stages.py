@@ -1,0 +1,73 @@
+"""Stages over HTTP: GET /stages (what this deployment runs, and which stages are paused)
+and, for operators, PATCH /stages/{type} to pause or resume one for every lane. Thin over
+app.engine.stages."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, Depends, Path, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.auth import require_admin
+from app.api.deps import pool_of
+from app.api.errors import ApiError
+from app.api.params import only_params
+from app.engine import stages as engine
+from app.json_values import iso
+
+router = APIRouter(tags=["stages"])
+
+
+class StageOut(BaseModel):
+    type: str = Field(description="the job type the stage runs")
+    batch: int = Field(description="jobs claimed at once")
+    concurrency: int = Field(description="of those, run at once by one run")
+    leaseSeconds: float = Field(description="how long a claim holds a job before another run may take it")
+    maxAttempts: int
+    paused: bool = Field(description="true: nothing of this stage is claimed, in any lane, until it is resumed")
+    pausedAt: datetime | None
+
+
+class StagePage(BaseModel):
+    data: list[StageOut] = Field(description="in pipeline order: earlier stages win")
+
+
+class StagePause(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    paused: bool = Field(description="true: pause the stage for every lane; false: resume it")
+
+
+def _stage_json(stage, paused: dict[str, datetime]) -> dict[str, Any]:
+    return {"type": stage.type, "batch": stage.batch, "concurrency": stage.concurrency,
+            "leaseSeconds": stage.lease, "maxAttempts": stage.max_attempts,
+            "paused": stage.type in paused, "pausedAt": iso(paused.get(stage.type))}
+
+
+def _user_stages(request: Request) -> list:
+    return [s for s in request.app.state.runtime.stages if not s.internal]
+
+
+@router.get("/stages", response_model=StagePage, summary="List the stages",
+            dependencies=[Depends(only_params())])
+async def list_stages(request: Request) -> dict[str, Any]:
+    """The stages this deployment runs, earliest first, and whether each is paused."""
+    paused = await engine.paused_stages(await pool_of(request))
+    return {"data": [_stage_json(s, paused) for s in _user_stages(request)]}
+
+
+@router.patch("/stages/{type}", response_model=StageOut, summary="Pause or resume a stage (operators)",
+              dependencies=[Depends(require_admin), Depends(only_params())],
+              responses={403: {"description": "not an admin key"},
+                         404: {"description": "no stage of this type runs here"}})
+async def pause_stage(body: StagePause, request: Request,
+                      type_: str = Path(alias="type", description="the stage's job type")) -> dict[str, Any]:
+    """Pause a stage for every lane (running jobs finish; nothing more is claimed) or
+    resume it. Audited; the next claim sees it."""
+    stage = next((s for s in _user_stages(request) if s.type == type_), None)
+    if stage is None:
+        raise ApiError(404, "not_found", f"no stage {type_!r} runs here")
+    db = await pool_of(request)
+    await (engine.pause_stage if body.paused else engine.resume_stage)(db, type_)
+    return _stage_json(stage, await engine.paused_stages(db))

@@ -1,0 +1,21 @@
+"""Stages as an operator controls them: pause one for every lane, resume it, list the
+paused ones. The claim takes nothing of a paused stage (sql/queries/claim.sql)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from app.engine.queries import query
+
+
+async def pause_stage(db, type_: str) -> None:
+    await db.execute(query("stage_pause"), type_)
+
+
+async def resume_stage(db, type_: str) -> None:
+    await db.execute(query("stage_resume"), type_)
+
+
+async def paused_stages(db) -> dict[str, datetime]:
+    """Each paused stage and when it was paused."""
+    return {r["type"]: r["paused_at"] for r in await db.fetch(query("stages_paused"))}

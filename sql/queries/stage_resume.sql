@@ -1,0 +1,3 @@
+-- An operator resumes stage $1: its jobs are claimed again (a waiting worker is woken by
+-- paused_stages_notify_resumed).
+DELETE FROM paused_stages WHERE type = $1
