@@ -26,6 +26,7 @@ from app.engine import events as store
 from app.engine import lanes as lanes_engine
 from app.engine import queue_stats
 from app.engine import runs as run_log
+from app.engine import stages as stages_engine
 from app.engine.queries import query
 from app.json_values import iso
 from app.runtime import handled_types, run_json
@@ -127,6 +128,9 @@ async def stats(request: Request) -> JSONResponse:
     # the database's state is the operator's; read as skiplock_admin, which sees another
     # role's session's start and query only when granted pg_read_all_stats
     horizon = await queue_stats.horizon(db) if actor.is_admin else None
+    paused = await stages_engine.paused_stages(db)
+    stages = [{"type": s.type, "paused": s.type in paused, "pausedAt": iso(paused.get(s.type))}
+              for s in runtime.stages if not s.internal]
     unhandled = queue_stats.unhandled([{"type": q["type"], "pending": q["ready"] + q["waiting"]} for q in queue],
                                       handled_types(runtime.stages))
     return JSONResponse({
@@ -135,4 +139,5 @@ async def stats(request: Request) -> JSONResponse:
         "room": room, "head": head, "replay": runtime.settings.events_replay,
         "queue": queue, "totals": totals, "lanes": lanes, "runs": runs, "chart": chart,
         "trouble": trouble, "batches": batches, "panels": panels, "horizon": horizon, "unhandled": unhandled,
+        "stages": stages,
     }, headers={"Cache-Control": "no-store"})

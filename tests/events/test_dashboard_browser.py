@@ -105,11 +105,19 @@ async def test_dashboard_live_retry_and_layout(pool, browser, served, tenants):
     await expect(page.locator("#t-ready")).to_have_text("1", timeout=2_000)
 
     # Retry, from the keyboard: the failed job is pending again
-    await page.get_by_role("button", name=f"Retry job {failed_id[:8]}").focus()
+    # a job is named by the end of its id: jobs enqueued together share the start
+    await page.get_by_role("button", name=f"Retry job …{failed_id.replace('-', '')[-8:]}").focus()
     await page.keyboard.press("Enter")
     await expect(row).to_have_count(0, timeout=5_000)
     assert await pool.fetchval("SELECT status FROM jobs WHERE id = $1", failed_id) == "pending"
     await expect(page.locator("#t-ready")).to_have_text("2", timeout=5_000)
+    # an operator pauses a stage from its row, and resumes it
+    await page.get_by_role("button", name="Pause stage record").click()
+    await expect(page.locator('tr[data-stage="record"]')).to_contain_text("paused since", timeout=5_000)
+    assert await pool.fetchval("SELECT count(*) FROM paused_stages WHERE type = 'record'") == 1
+    await page.get_by_role("button", name="Resume stage record").click()
+    await expect(page.locator('tr[data-stage="record"]')).to_contain_text("running", timeout=5_000)
+    assert await pool.fetchval("SELECT count(*) FROM paused_stages") == 0
     # the plug-in's panel renders from PLANS
     await expect(page.get_by_role("heading", name="Plans")).to_be_visible()
     await expect(page.get_by_text("First in line")).to_be_visible()

@@ -61,7 +61,8 @@ function when(iso) {
     second: "2-digit" });
 }
 
-function short(id) { return id ? String(id).slice(0, 8) : "–"; }
+// the end of an id: job ids are time-ordered, so jobs enqueued together share their start
+function short(id) { return id ? `…${String(id).replace(/-/g, "").slice(-8)}` : "–"; }
 
 function randomKey() {
   if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
@@ -137,6 +138,31 @@ function renderTrouble(stats) {
       el("td", { text: job.status === "pending" ? `retrying ${when(job.runAfter)}` : job.status }),
       num(job.attempts), el("td", { class: "err", text: job.lastError || "" }), el("td", {}, button));
   }), 6, "Nothing failed.");
+}
+
+function renderStages(stats) {
+  fill($("stages-table").tBodies[0], (stats.stages || []).map((stage) => {
+    const action = stage.paused ? "Resume" : "Pause";
+    const button = stats.admin
+      ? el("button", { type: "button", class: stage.paused ? "" : "secondary", "aria-label": `${action} stage ${stage.type}`,
+        text: action, onclick: () => pauseStage(button, stage.type, !stage.paused) })
+      : null;
+    return el("tr", { "data-stage": stage.type }, el("th", { scope: "row", text: stage.type }),
+      el("td", { text: stage.paused ? `paused since ${when(stage.pausedAt)}` : "running" }),
+      el("td", {}, button || "–"));
+  }), 3, "No stages are loaded here.");
+}
+
+async function pauseStage(button, type, paused) {
+  button.disabled = true;
+  try {
+    await api(`/stages/${encodeURIComponent(type)}`, { method: "PATCH", body: JSON.stringify({ paused }),
+      headers: { "Content-Type": "application/json" } });
+    notice(`Stage ${type}: ${paused ? "paused" : "resumed"}.`);
+  } catch (err) {
+    if (err.status !== 401) notice(`Stage ${type}: ${err.message}`);
+  }
+  refreshSoon(0);
 }
 
 async function act(button, jobId, action) {
@@ -260,6 +286,7 @@ function renderPanels(stats) {
 function render(stats) {
   $("who").textContent = `${stats.email || "?"} · ${stats.admin ? "admin: every tenant" : "tenant"}`;
   renderQueue(stats);
+  renderStages(stats);
   renderTrouble(stats);
   renderChart(stats);
   renderRuns(stats);
