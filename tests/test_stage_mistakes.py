@@ -90,7 +90,7 @@ async def test_a_handler_that_blocks_past_its_timeout_is_timed_out_not_done(pool
     with caplog.at_level(logging.WARNING, logger="skiplock.pipeline"):
         result = await Pipeline(pool, [Stage(type="blocks", handler=blocks, timeout=1)], SETTINGS).run("manual")
     row = await f.job_row(pool, job_id)
-    assert result.jobs_done == 0 and result.jobs_failed == 1
+    assert result.jobs_done == 0 and result.jobs_retried == 1
     # as a handler that overran asynchronously: pending for a retry, the same last_error
     assert (row["status"], row["attempts"], row["last_error"]) == ("pending", 1, "timed out after 1s")
     assert await pool.fetchval("SELECT run_after > now() + interval '1 minute' FROM jobs WHERE id = $1", job_id)

@@ -16,6 +16,7 @@ from app.engine.jobs import Job
 from app.engine.one_connection import OneConnection
 from app.engine.db import connection_lost, why_lost
 from app.pipeline import notifications
+from app.pipeline.handler_slots import HandlerSlots
 from app.pipeline.maintenance import maintenance_stage, start_of_run
 from app.pipeline.outcomes import BatchEndings, Settled, error_text, settle, storable
 from app.pipeline.registry import check_stages
@@ -52,6 +53,7 @@ class RunResult:
 IdleWait = Callable[[float], Awaitable[None]]
 Batch = tuple[Stage, list[Job]]          # claimed jobs of one stage
 Ended = tuple[Stage, BatchEndings]       # what a batch of one stage came to
+Started = tuple[Stage, "asyncio.Future[BatchEndings]"]  # a batch whose handlers are going
 
 # The pipeline's own stages (maintenance, notify) are rarely busy: once one is found
 # empty, it is looked at again after this long rather than after every batch (a
@@ -97,9 +99,8 @@ class Pipeline:
         self._timeouts: set[asyncio.Timeout] = set()
         self._quiet_until: dict[str, float] = {}
         self._claimed_at: dict[str, float] = {}  # a user stage's last claim (STAGE_TURN_SECONDS)
-        # one batch's handlers at a time, however many claim streams (a stage's
-        # concurrency is the run's, not a stream's)
-        self._handlers = asyncio.Lock()
+        # a stage's concurrency is the run's, not a batch's or a stream's
+        self._slots = HandlerSlots()
         self._backlog: asyncio.Event | None = None
         self._alone_recheck_at = 0.0  # _alone()'s answer holds until then
         self._was_alone = False
@@ -263,64 +264,72 @@ class Pipeline:
                      only: Stage | None = None) -> str:
         """The hot loop, one round trip per batch: while batch k runs, one statement writes
         batch k-1's endings and claims batch k+1 of the same stage (the prefetch), when
-        nothing ahead of that stage is due for a look. A batch with failures is settled
-        as soon as it ends (its hooks never run beside the next batch's handlers)."""
-        batch: Batch | None = None     # claimed, not started
-        written: Ended | None = None   # ended, endings not written yet
-        while True:
-            if batch is None:
-                if self._stopping or time.monotonic() >= self._budget_deadline:
-                    await self._hand_back(conn, ctx, written, None)
-                    return "time_budget"
-                batch, written = await self._claim_first(conn, ctx, written, only), None
-                if batch is None:
-                    if idle is None or self._stopping:
-                        return "time_budget" if self._stopping else "no_work"
-                    wait = self._budget_deadline - time.monotonic()
-                    if wait > 0:
-                        await idle(wait)
-                    continue
-            stage, jobs = batch
-            if only is not None:
-                ctx.tally.second_stream_batches += 1
-            if (self._backlog is not None and only is None and len(jobs) >= stage.batch
-                    and stage.type not in self._rarely_busy and self._may_prefetch(stage)):
-                self._backlog_stage = stage
-                self._backlog.set()
-            if self._stopping or time.monotonic() >= self._budget_deadline:
-                await self._hand_back(conn, ctx, written, batch)
-                return "time_budget"
-            if self._may_prefetch(stage):
-                out, settled = await self._run_while_settling(
-                    self._run_batch(stage, jobs, ctx, hard_deadline),
-                    self._settle(conn, written, ctx, claim=stage))
-                batch = (stage, settled.claimed) if settled.claimed else None
-            else:
-                if written is not None:
-                    await self._settle(conn, written, ctx)
-                out = await self._run_batch(stage, jobs, ctx, hard_deadline)
-                batch = None
-            written = (stage, out)
-            if out.stop_reason:
-                await self._hand_back(conn, ctx, written, batch)
-                return out.stop_reason
-            if out.failed:  # hooks run now, not beside the next batch's handlers
-                await self._settle(conn, written, ctx)
-                written = None
-
-    @staticmethod
-    async def _run_while_settling(running: Awaitable[BatchEndings],
-                                  settling: Awaitable[Settled]) -> tuple[BatchEndings, Settled]:
-        """Both at once. If the write fails (the database went away), the batch's handlers
-        still finish before the error goes up: no handler outlives its run, and the
-        connection is not released while anything of the run is still going on."""
-        batch = asyncio.ensure_future(running)
+        nothing ahead of that stage is due for a look. Batch k+1 starts at once, its jobs
+        in the slots batch k frees (handler_slots.py), so no slot waits for batch k's
+        slowest job. A batch with failures is settled as soon as it ends."""
+        running: Started | None = None  # started: its handlers run, or wait for a slot
+        written: Ended | None = None    # ended, endings not written yet
+        live: list[asyncio.Future] = []  # every batch started, so none outlives the run
         try:
-            settled = await settling
+            while True:
+                if running is None:
+                    if self._stopping or time.monotonic() >= self._budget_deadline:
+                        await self._hand_back(conn, ctx, written, None)
+                        return "time_budget"
+                    batch, written = await self._claim_first(conn, ctx, written, only), None
+                    if batch is None:
+                        if idle is None or self._stopping:
+                            return "time_budget" if self._stopping else "no_work"
+                        wait = self._budget_deadline - time.monotonic()
+                        if wait > 0:
+                            await idle(wait)
+                        continue
+                    if self._stopping or time.monotonic() >= self._budget_deadline:
+                        await self._hand_back(conn, ctx, written, batch)
+                        return "time_budget"
+                    running = self._start(batch, ctx, hard_deadline, only, live)
+                stage, task = running
+                following: Started | None = None
+                if self._may_prefetch(stage):
+                    claimed = (await self._settle(conn, written, ctx, claim=stage)).claimed
+                    if claimed:
+                        following = self._start((stage, claimed), ctx, hard_deadline, only, live)
+                elif written is not None:
+                    await self._settle(conn, written, ctx)
+                out = await task
+                written, running = (stage, out), following
+                if out.stop_reason:
+                    # the batch started after it defers what it has not begun (the
+                    # deadline has passed): its jobs already going finish, then all is written
+                    if running is not None:
+                        await self._settle(conn, written, ctx)
+                        written = (running[0], await running[1])
+                    await self._settle(conn, written, ctx)
+                    return out.stop_reason
+                if out.failed:  # written at once: its hooks do not wait for the next batch
+                    await self._settle(conn, written, ctx)
+                    written = None
         except BaseException:
-            await asyncio.gather(batch, return_exceptions=True)
+            # the write failed (the database went away) or the run was cancelled: the
+            # handlers still finish before the error goes up, and the connection is not
+            # released while anything of the run is going on
+            await asyncio.gather(*live, return_exceptions=True)
             raise
-        return await batch, settled
+
+    def _start(self, batch: Batch, ctx: Context, hard_deadline: float, only: Stage | None,
+               live: list[asyncio.Future]) -> Started:
+        """Start a claimed batch's handlers (they take slots as they free up)."""
+        stage, jobs = batch
+        if only is not None:
+            ctx.tally.second_stream_batches += 1
+        if (self._backlog is not None and only is None and len(jobs) >= stage.batch
+                and stage.type not in self._rarely_busy and self._may_prefetch(stage)):
+            self._backlog_stage = stage
+            self._backlog.set()
+        task = asyncio.ensure_future(self._run_batch(stage, jobs, ctx, hard_deadline))
+        live[:] = [t for t in live if not t.done()]
+        live.append(task)
+        return stage, task
 
     def _may_prefetch(self, stage: Stage) -> bool:
         """Claim stage's next batch while this one runs? Only when every stage ahead of it
@@ -401,32 +410,34 @@ class Pipeline:
     async def _run_batch(self, stage: Stage, jobs: list[Job], ctx: Context,
                          hard_deadline: float) -> BatchEndings:
         out = BatchEndings()
-        async with self._handlers:
-            started = time.monotonic()
-            await self._run_handlers(stage, jobs, ctx, out, hard_deadline)
-            ended = time.monotonic()
-            if stage.type in self._rarely_busy and ended - started >= INTERNAL_REST_AFTER_SECONDS:
-                # rests as long as it worked (INTERNAL_RECHECK_SECONDS)
-                self._quiet_until[stage.type] = max(self._quiet_until.get(stage.type, 0.0),
-                                                    ended + (ended - started))
-            if out.stop_reason:  # the run stops claiming now, the other stream included
-                self._budget_deadline = min(self._budget_deadline, ended)
+        started = time.monotonic()
+        await self._run_handlers(stage, jobs, ctx, out, hard_deadline)
+        ended = time.monotonic()
+        if stage.type in self._rarely_busy and ended - started >= INTERNAL_REST_AFTER_SECONDS:
+            # rests as long as it worked (INTERNAL_RECHECK_SECONDS)
+            self._quiet_until[stage.type] = max(self._quiet_until.get(stage.type, 0.0),
+                                                ended + (ended - started))
+        if out.stop_reason:  # the run stops claiming now, the other stream included
+            self._budget_deadline = min(self._budget_deadline, ended)
         return out
 
     async def _run_handlers(self, stage: Stage, jobs: list[Job], ctx: Context, out: BatchEndings,
                             hard_deadline: float) -> None:
         if stage.batch_handler is not None:
-            await self._call_batch(stage, jobs, ctx, out, hard_deadline)
-        elif stage.concurrency == 1 or len(jobs) == 1:
-            for job in jobs:
-                await self._call_one(stage, job, ctx, out, hard_deadline)
-        else:
-            # `concurrency` runners taking the jobs in order: a task per runner, not per job
-            queue = iter(jobs)
+            async with self._slots.every(stage):
+                await self._call_batch(stage, jobs, ctx, out, hard_deadline)
+            return
+        # up to `concurrency` runners taking the jobs in order, each in a slot of its own
+        # while it has jobs: a task per runner, not per job
+        queue = iter(jobs)
 
-            async def runner() -> None:
+        async def runner() -> None:
+            async with self._slots.one(stage):
                 for job in queue:
                     await self._call_one(stage, job, ctx, out, hard_deadline)
+        if stage.concurrency == 1 or len(jobs) == 1:
+            await runner()
+        else:
             await asyncio.gather(*(runner() for _ in range(min(stage.concurrency, len(jobs)))))
 
     async def _guarded(self, stage: Stage, limit: float, call: Awaitable[Any], what: str) -> Any:
@@ -491,6 +502,8 @@ class Pipeline:
                 out.record(job, TimeoutError(f"timed out after {stage.timeout:g}s"))
         except Exception as exc:
             out.record(job, exc)
+            if out.stop_reason:  # nothing more starts, in this batch or the one after it
+                self._budget_deadline = min(self._budget_deadline, time.monotonic())
         else:
             out.record(job, None)
 

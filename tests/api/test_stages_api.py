@@ -69,9 +69,11 @@ async def test_a_running_pipeline_stops_claiming_a_stage_paused_meanwhile(pool):
         started.append(job.id)
         await release.wait()
 
-    await f.jobs(pool, "slow", 6)
+    await f.jobs(pool, "slow", 10)
     stage = Stage(type="slow", handler=slow, batch=2, concurrency=2)
-    pipeline = Pipeline(pool, [stage], load_settings(pipeline_plugins="", run_scheduler=False))
+    # one claim stream: a second would claim two batches more before the pause
+    pipeline = Pipeline(pool, [stage], load_settings(pipeline_plugins="", run_scheduler=False,
+                                                     pipeline_claim_streams=1))
     run = asyncio.create_task(pipeline.run("manual", budget=20))
     while len(started) < 2:
         await asyncio.sleep(0.01)
@@ -80,4 +82,4 @@ async def test_a_running_pipeline_stops_claiming_a_stage_paused_meanwhile(pool):
     result = await asyncio.wait_for(run, 20)
     # the batch claimed before the pause (and the one prefetched beside it) ran; then nothing
     assert result.stop_reason == "no_work" and result.jobs_done == len(started) <= 4
-    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE type = 'slow' AND status = 'pending'") >= 2
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE type = 'slow' AND status = 'pending'") >= 6
