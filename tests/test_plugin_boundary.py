@@ -43,6 +43,27 @@ def test_the_check_can_fail(tmp_path):
     assert _imports(bad) == ["app.outreach.plans"]
 
 
+def _reaches(module: str) -> set[str]:
+    """The example's modules `module` imports, directly or through others, functions' own
+    imports included (app.outreach itself, the package, left out: it names every stage)."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        path = REPO / (todo.pop().replace(".", "/") + ".py")
+        for name in _imports(path):
+            is_module = (REPO / (name.replace(".", "/") + ".py")).exists()
+            if name.startswith("app.outreach.") and is_module and name not in seen:
+                seen.add(name)
+                todo.append(name)
+    return seen
+
+
+def test_the_examples_web_client_never_imports_its_demo_site():
+    # the demo site seeds a campaign through the stages that use the client: a circle
+    assert "app.outreach.sample" not in _reaches("app.outreach.web")
+    assert "app.outreach.web" in _reaches("app.outreach.sample")  # the check sees through the stages
+
+
 # Run in a fresh interpreter: the whole serving stack, built and asked for its routes and
 # commands, with only a team's own stages configured.
 _PROBE = """

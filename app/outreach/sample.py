@@ -10,7 +10,7 @@ a same-site redirect (/blog -> /blog/) and a staff area that robots.txt disallow
 
 Campaigns name the site by a stable alias, http://sample.localhost/sample/, never by the
 port `make run` happens to serve on: in local dev mode a fetch of the alias is dialled at
-LOCAL_HOST:LOCAL_PORT (sample_site_aliases), so the demo campaign keeps working when
+LOCAL_HOST:LOCAL_PORT (app.outreach.sample_alias), so the demo campaign keeps working when
 `make run` moves to another port. The alias is no way out of the egress guard: the
 dialled address must still be listed in FETCH_ALLOW_PRIVATE (`make run` lists exactly
 its own), and outside local dev mode the alias is an ordinary .localhost name, refused.
@@ -22,15 +22,15 @@ import logging
 import uuid
 from pathlib import Path
 
+from app.outreach.brief import BRIEF
+from app.outreach.campaigns import seed_demo
+from app.outreach.sample_alias import SAMPLE_PATH, SAMPLE_SITE_URL, sample_site_address
 from app.outreach.settings import outreach_settings
 
-# Starlette is imported by the functions that serve the site: the crawler only needs the
-# alias (sample_site_aliases), and the scheduled Lambda path loads no web stack.
+# Starlette is imported by the functions that serve the site: the scheduled Lambda path
+# loads no web stack.
 
 SITE_DIR = Path(__file__).resolve().parent / "sample_site"
-SAMPLE_PATH = "/sample"
-SAMPLE_HOST = "sample.localhost"  # .localhost (RFC 6761): never a name on the internet
-SAMPLE_SITE_URL = f"http://{SAMPLE_HOST}{SAMPLE_PATH}/"
 
 log = logging.getLogger("skiplock.demo")
 
@@ -100,32 +100,14 @@ def allow_sample_site(settings) -> dict[str, str]:
     return {"fetch_allow_private": ",".join(filter(None, [settings.fetch_allow_private.strip(" ,"), own]))}
 
 
-def sample_site_address(settings) -> str:
-    """host:port where local dev mode serves the sample site: LOCAL_HOST:LOCAL_PORT."""
-    host = settings.local_host
-    if host in ("", "0.0.0.0", "::"):
-        host = "127.0.0.1"  # listening everywhere: reach it on loopback
-    elif ":" in host:
-        host = f"[{host}]"
-    return f"{host}:{settings.local_port}"
-
-
 def sample_site_url(settings) -> str:
     """The sample site as a browser on this machine reaches it in local dev mode."""
     return f"http://{sample_site_address(settings)}{SAMPLE_PATH}/"
 
 
-def sample_site_aliases(settings) -> dict[str, str]:
-    """For the web client: the alias's host:port -> where to dial it; in local dev mode only."""
-    return {f"{SAMPLE_HOST}:80": sample_site_address(settings)} if settings.local_dev else {}
-
-
 async def install_demo(app, pool, settings) -> uuid.UUID | None:
     """Local dev mode: serve the sample site from `app`, and seed one demo campaign for it
     when the database has no campaign, so the first run crawls it with no network."""
-    from app.outreach.brief import BRIEF
-    from app.outreach.campaigns import seed_demo
-
     mount_sample_site(app, SAMPLE_PATH)
     url = sample_site_url(settings)  # for people; campaigns name the alias
     stages = getattr(getattr(app.state, "runtime", None), "stages", None)

@@ -50,7 +50,7 @@ from app.retry_after import retry_after
 from app.whole_numbers import whole_number
 from app.outreach.content_coding import ACCEPT_ENCODING, DecodingError, decoder_for
 from app.outreach.html import PageNotParsed, off_the_loop
-from app.outreach.sample import sample_site_aliases
+from app.outreach.sample_alias import sample_site_aliases
 from app.outreach.settings import outreach_settings
 from app.outreach.urls import BadUrl, normalize_url, origin, same_site
 
