@@ -21,6 +21,27 @@ from app.plugin import load_plugins
 from app.settings import Settings
 from tests.tenant_login import drop_tenant_login, make_tenant_login, new_login
 
+EXAMPLE_TESTS = Path(__file__).parent / "outreach"
+
+
+def _only_the_example(config) -> bool:
+    """Whether every path this session was given lies in tests/outreach."""
+    here = config.invocation_params.dir
+    return all((here / arg.split("::")[0]).resolve().is_relative_to(EXAMPLE_TESTS) for arg in config.args)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The example plug-in's tests run as a session of their own, with its tables and
+    routes (`make test` runs both): the queue's tests run without any plug-in."""
+    if collection_path == EXAMPLE_TESTS and not _only_the_example(config):
+        return True
+    return None
+
+
+def pytest_report_header(config):
+    if not _only_the_example(config):
+        return "the queue's tests, without plug-ins (the example's: pytest tests/outreach)"
+    return None
 
 
 def _admin_dsn_and_server():
@@ -54,7 +75,7 @@ async def dsn(pg_server):
     base, _, _ = pg_server.rpartition("/")
     url = f"{base}/{name}"
     conn = await connect(url)
-    await migrate(conn, [p.name for p in load_plugins(Settings().pipeline_plugins)])
+    await migrate(conn, load_plugins(Settings().pipeline_plugins))
     await make_tenant_login(conn, url)
     await conn.close()
     _session_database.append(url)
@@ -122,7 +143,7 @@ async def clean(request):
 async def admin_key(pool) -> str:
     """An admin API key (it sees every tenant), made after the tables were emptied."""
     from tests.factories import api_key
-    return await api_key(pool, "admin@example.com", admin=True, plan="pro")
+    return await api_key(pool, "admin@example.com", admin=True)
 
 
 @pytest.fixture

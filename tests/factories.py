@@ -1,8 +1,12 @@
-"""Small builders for test data, written with plain SQL against the real schema."""
+"""Small builders for the queue's test data, written with plain SQL against the real
+schema: the one way the core tests make a user, an API key, a tenant with its lane, jobs
+and runs. Nothing here knows a plug-in (the example's builders, plans and campaigns, are
+in tests/outreach/factories.py)."""
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from app.engine import accounts
@@ -10,38 +14,52 @@ from app.engine import jobs as q
 from app.engine.jobs import Lease, NewJob
 from app.engine.runs import start_run
 from app.engine.tenancy import Actor, acting
-from app.outreach.store import set_plan
 
 TEST_ACTOR = Actor("system", "tests")
 
 
 async def as_system(db, sql: str, *args):
-    """Run one audited write (users, keys; plans, campaigns) as the actor `system`."""
+    """Run one audited write (users, keys, lanes) as the actor `system`."""
     async with acting(db, TEST_ACTOR) as conn:
         return await conn.fetchval(sql, *args)
 
 
-async def user(db, plan: str | None = "free", email: str | None = None) -> uuid.UUID:
-    uid = await as_system(db, "INSERT INTO users (email) VALUES ($1) RETURNING id",
-                          email or f"{uuid.uuid4().hex[:8]}@example.com")
-    if plan:
-        await as_system(db, "INSERT INTO subscriptions (user_id, plan) VALUES ($1, $2)", uid, plan)
-    return uid
+async def user(db, email: str | None = None) -> uuid.UUID:
+    """A user (found when the e-mail is known already)."""
+    async with acting(db, TEST_ACTOR) as conn:
+        return await accounts.add_user(conn, email or f"{uuid.uuid4().hex[:8]}@example.com")
 
 
-async def campaign(db, owner: uuid.UUID | None = None, status: str = "active", name: str = "") -> uuid.UUID:
-    return await as_system(
-        db, "INSERT INTO campaigns (user_id, status, name) VALUES ($1, $2, $3) RETURNING id",
-        owner, status, name)
-
-
-async def api_key(db, email: str, admin: bool = False, plan: str = "free") -> str:
+async def api_key(db, email: str, admin: bool = False) -> str:
     """A user (created when new) with a fresh API key; returns the key."""
     async with acting(db, TEST_ACTOR) as conn:
-        user_id = await accounts.add_user(conn, email)
-        if plan is not None:  # the example's plans: only where its tables are
-            await set_plan(conn, user_id, plan)
+        await accounts.add_user(conn, email)
         return (await accounts.create_key(conn, email, admin)).key
+
+
+async def lane(db, owner: uuid.UUID | None = None, priority: int = 0, paused: bool = False) -> uuid.UUID:
+    """A new lane, owned by `owner` (a tenant sees and enqueues into its own lanes)."""
+    return await as_system(db, "INSERT INTO lanes (id, owner_id, priority, paused) "
+                               "VALUES (gen_random_uuid(), $1, $2, $3) RETURNING id", owner, priority, paused)
+
+
+@dataclass
+class Tenant:
+    email: str
+    key: str
+    user_id: uuid.UUID
+    lane: uuid.UUID
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+async def tenant(db, email: str, admin: bool = False) -> Tenant:
+    """A user with an API key and a lane of their own."""
+    key = await api_key(db, email, admin)
+    user_id = await user(db, email)
+    return Tenant(email, key, user_id, await lane(db, user_id))
 
 
 async def jobs(db, type_: str, n: int, lane=None, start: datetime | None = None, **kw) -> list[uuid.UUID]:

@@ -18,12 +18,12 @@ from tests import factories as f
 SETTINGS = load_settings(database_url="postgresql://unused")
 
 
-async def campaign(pool):
-    return await f.campaign(pool, await f.user(pool, "standard"))
+async def owned_lane(pool):
+    return await f.lane(pool, await f.user(pool))
 
 
 async def test_one_job_per_type_and_open_types_are_skipped(pool):
-    c = await campaign(pool)
+    c = await owned_lane(pool)
     first = await b.create_batch(pool, c, [BatchRequest("fetch", {"kind": "videos"}, total=40),
                                            BatchRequest("export"), BatchRequest("fetch")])
     assert set(first.created) == {"fetch", "export"} and first.skipped == {}
@@ -38,7 +38,7 @@ async def test_one_job_per_type_and_open_types_are_skipped(pool):
 
 
 async def test_identical_concurrent_requests_create_one_set(pool):
-    c = await campaign(pool)
+    c = await owned_lane(pool)
 
     async def ask():
         return await b.create_batch(pool, c, [BatchRequest("fetch"), BatchRequest("export")])
@@ -65,7 +65,7 @@ async def finish(pool, job_ids, status):
     (["failed", "failed"], "failed"),
 ])
 async def test_reconcile_derives_the_final_status(pool, outcomes, expected):
-    c = await campaign(pool)
+    c = await owned_lane(pool)
     out = await b.create_batch(pool, c, [BatchRequest("a"), BatchRequest("b")])
     for (job_id, status) in zip(out.created.values(), outcomes):
         await finish(pool, [job_id], status)
@@ -77,7 +77,7 @@ async def test_reconcile_derives_the_final_status(pool, outcomes, expected):
 
 
 async def test_reconcile_moves_a_started_batch_to_running(pool):
-    c = await campaign(pool)
+    c = await owned_lane(pool)
     await b.create_batch(pool, c, [BatchRequest("a"), BatchRequest("b")])
     assert await b.reconcile(pool) == []  # nothing started: stays pending
     await q.claim(pool, f.lease("a"), await f.run(pool), 1)
@@ -86,7 +86,7 @@ async def test_reconcile_moves_a_started_batch_to_running(pool):
 
 
 async def test_a_batch_whose_last_job_died_is_not_left_running(pool):
-    c = await campaign(pool)
+    c = await owned_lane(pool)
     out = await b.create_batch(pool, c, [BatchRequest("a"), BatchRequest("b")])
     await finish(pool, [out.created["a"]], "done")
 
@@ -106,7 +106,7 @@ async def test_a_batch_whose_last_job_died_is_not_left_running(pool):
 
 
 async def test_progress_and_counts_for_a_progress_bar(pool):
-    c = await campaign(pool)
+    c = await owned_lane(pool)
     out = await b.create_batch(pool, c, [BatchRequest("a", total=10), BatchRequest("b", total=30)])
     run_id = await f.run(pool)
     [job] = await q.claim(pool, f.lease("b"), run_id, 1)
@@ -118,7 +118,7 @@ async def test_progress_and_counts_for_a_progress_bar(pool):
 
 
 async def test_cancel_stops_unstarted_work_and_leaves_running_work_alone(pool):
-    c = await campaign(pool)
+    c = await owned_lane(pool)
     out = await b.create_batch(pool, c, [BatchRequest("a"), BatchRequest("b")])
     run_id = await f.run(pool)
     await q.claim(pool, f.lease("a"), run_id, 1)
@@ -129,18 +129,3 @@ async def test_cancel_stops_unstarted_work_and_leaves_running_work_alone(pool):
     assert await q.complete(pool, run_id, [out.created["a"]]) == [out.created["a"]]
     await b.reconcile(pool)
     assert (await b.get_batch(pool, out.batch_id))["status"] == "cancelled"
-
-
-async def test_cancelling_a_batch_refunds_a_job_that_had_paid(pool):
-    from app.outreach import STAGES, allowances
-    c = await campaign(pool)
-    out = await b.create_batch(pool, c, [BatchRequest("draft")])
-    job = out.created["draft"]
-    # an earlier attempt paid a credit, failed, and the job waits for its retry
-    assert await allowances.charge_credit(pool, c, job, 10) == allowances.CHARGED
-    await pool.execute("UPDATE jobs SET attempts = 1 WHERE id = $1", job)
-    # the refund is the draft stage's cancelled hook
-    assert await outcomes.cancel_batch(pool, STAGES, out.batch_id, SETTINGS) == (True, 1)
-    kinds = [r["kind"] for r in await pool.fetch("SELECT kind FROM credit_ledger WHERE job_id = $1 ORDER BY id", job)]
-    assert kinds == ["charge", "refund"]
-    assert (await allowances.usage_today(pool, c))["credits"] == 0

@@ -7,6 +7,12 @@ lists its exact 127.0.0.1:port in the settings' FETCH_ALLOW_PRIVATE."""
 
 from __future__ import annotations
 
+import os
+
+# The example's tests run with the example loaded: its tables in the session's database
+# (tests/conftest.py migrates what PIPELINE_PLUGINS names), its routes and commands.
+os.environ["PIPELINE_PLUGINS"] = "app.outreach.plugin:PLUGIN"
+
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import AsyncIterator
@@ -20,6 +26,7 @@ from app.settings import load_settings
 from app.outreach.settings import OutreachSettings, load_outreach_settings, using_outreach_settings
 from app.outreach import STAGES
 from app.outreach.campaigns import add_campaign
+from tests.outreach import factories as f
 from tests.outreach.servers import FakeLlm, Recorder, ServerThread, site_app
 from tests.tenant_login import tenant_login_url
 
@@ -112,6 +119,12 @@ async def api_client(dsn: str, timeout: float = 5.0, **overrides) -> AsyncIterat
 async def api(dsn):
     async with api_client(dsn) as client:
         yield client
+
+
+@pytest.fixture
+async def admin_key(pool) -> str:
+    """An admin API key, its owner on the pro plan."""
+    return await f.api_key(pool, "admin@example.com", admin=True, plan="pro")
 
 
 @pytest.fixture(autouse=True)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 
-from app.outreach import allowances
+from app.engine.batches import BatchRequest, create_batch
+from app.outreach import STAGES, allowances
 from app.outreach.quota import next_utc_day
 from app.pipeline.maintenance import sweep_stuck
+from app.pipeline.outcomes import cancel_batch
 from app.pipeline.stage import Context, Tally
 from app.outreach.plans import PLANS
 from app.outreach import DRAFT_STAGE
 from app.outreach.draft import refund_draft
+from tests.outreach import factories as f
 from tests.outreach.conftest import campaign, run, settings
 
 
@@ -185,3 +188,17 @@ async def test_a_spent_allowance_defers_the_lanes_whole_backlog_not_one_claim_pe
     assert await pool.fetchval("SELECT count(*) FROM jobs WHERE lane = $1 AND run_after < $2",
                                flood, next_utc_day()) == 0
     assert result.jobs_deferred <= 8, result.jobs_deferred  # a batch or two, not 200 claims
+
+
+async def test_cancelling_a_batch_refunds_a_job_that_had_paid(pool):
+    c = await f.campaign(pool, await f.user(pool, "standard"))
+    out = await create_batch(pool, c, [BatchRequest("draft")])
+    job = out.created["draft"]
+    # an earlier attempt paid a credit, failed, and the job waits for its retry
+    assert await allowances.charge_credit(pool, c, job, 10) == allowances.CHARGED
+    await pool.execute("UPDATE jobs SET attempts = 1 WHERE id = $1", job)
+    # the refund is the draft stage's cancelled hook
+    assert await cancel_batch(pool, STAGES, out.batch_id, settings()) == (True, 1)
+    kinds = [r["kind"] for r in await pool.fetch("SELECT kind FROM credit_ledger WHERE job_id = $1 ORDER BY id", job)]
+    assert kinds == ["charge", "refund"]
+    assert (await allowances.usage_today(pool, c))["credits"] == 0

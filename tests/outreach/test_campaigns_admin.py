@@ -15,25 +15,24 @@ import pytest
 from app.api import create_app
 from app.plugin import CommandFailed
 from app.engine import accounts
-from app.engine.queries import SQL_DIR
 from app.engine.tenancy import act_as, tenant_transaction
 from app.outreach import BRIEF_STAGE, STAGES
 from app.outreach.campaigns import add_campaign_in, seed_demo
 from app.outreach.commands import add_commands
 from app.outreach.sample import SAMPLE_SITE_URL
 from app.outreach.settings import using_outreach_settings
-from app.outreach.sql import query as outreach_query
+from app.outreach.sql import SQL, query as outreach_query
 from app.outreach.store import set_plan
 from app.outreach.web import WebClient
 from bench.explain import explain, rows_filtered_away
-from tests import factories as f
+from tests.outreach import factories as f
 from tests.outreach.conftest import example_settings, reachable, run, settings
 from tests.outreach.servers import ServerThread
 from tests.outreach.test_sample_site import mounted_app
 from tests.sample_stages import STAGES as ECHO_STAGES
 from tests.test_migrate_cli import cli
 
-MIGRATION = SQL_DIR / "outreach" / "migrations" / "0010_campaign_url_unique.sql"
+MIGRATION = SQL / "migrations" / "0010_campaign_url_unique.sql"
 
 
 @pytest.fixture

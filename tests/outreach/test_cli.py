@@ -7,7 +7,7 @@ import json
 import pytest
 
 from app.outreach.campaigns import seed_demo
-from tests import factories as f
+from tests.outreach import factories as f
 from app.outreach.sample import sample_site_app
 from tests.outreach.conftest import reachable, run
 from tests.outreach.servers import ServerThread

@@ -22,7 +22,7 @@ from app.outreach.sql import query
 from app.outreach import STAGES
 from app.outreach.extract import extract
 from app.pipeline.stage import Context, FailJob, Tally
-from tests.factories import api_key
+from tests.outreach.factories import api_key
 from tests.outreach.conftest import api_client, campaign, reachable, run, settings
 from tests.outreach.servers import Recorder, ServerThread
 

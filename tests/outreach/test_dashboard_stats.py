@@ -11,7 +11,7 @@ import uuid
 import httpx
 import pytest
 
-from tests import factories as f
+from tests.outreach import factories as f
 from tests.outreach.conftest import api_client
 
 POOL = 3

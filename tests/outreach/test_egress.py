@@ -28,7 +28,7 @@ from app.outreach.brief import brief_job
 from app.outreach.web import FetchError, WebClient
 from app.pipeline.loop import Pipeline
 from app.pipeline.stage import Stage
-from tests import factories as f
+from tests.outreach import factories as f
 from tests.credentials import WEBHOOK_SECRET
 from tests.outreach.conftest import reachable, run, settings
 from tests.outreach.servers import Recorder, ServerThread

@@ -13,7 +13,7 @@ import uuid
 
 import httpx
 
-from tests import factories as f
+from tests.outreach import factories as f
 from tests.cli.test_cli_operator import skiplock
 
 

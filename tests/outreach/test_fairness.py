@@ -13,7 +13,7 @@ from app.outreach.store import set_plan
 from app.pipeline.stage import Stage
 from app.outreach import CRAWL_STAGE
 from app.outreach.crawl import discover
-from tests import factories as f
+from tests.outreach import factories as f
 from tests.outreach.conftest import campaign, run
 
 PAGES = 3

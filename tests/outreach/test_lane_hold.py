@@ -4,7 +4,7 @@ cannot lift it by pausing and resuming its own campaign; only the operator's res
 from __future__ import annotations
 
 from app.engine import jobs as q
-from tests import factories as f
+from tests.outreach import factories as f
 
 
 async def test_a_tenant_cannot_lift_an_operators_pause_by_pausing_and_resuming(api, pool, admin_headers):

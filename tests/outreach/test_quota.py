@@ -6,7 +6,7 @@ import asyncio
 
 from app.outreach import quota
 from app.outreach.crawl import discover, lock_pages
-from tests import factories as f
+from tests.outreach import factories as f
 from tests.outreach.conftest import run, seconds_until
 
 

@@ -13,7 +13,7 @@ from app.outreach import quota
 from app.outreach.campaigns import CampaignLimitError, add_campaign
 from app.outreach.crawl import discover, lock_pages
 from app.outreach.plans import PLANS
-from tests import factories as f
+from tests.outreach import factories as f
 from tests.outreach.conftest import api_client, campaign, run
 from tests.test_migrate_cli import cli, one_line_error
 
