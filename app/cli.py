@@ -222,7 +222,7 @@ async def _main(args, settings: Settings, plugins: list[Plugin]) -> int:
     if args.command == "migrate":
         conn = await connect(dsn)
         try:
-            applied = await migrate(conn, [p.name for p in plugins])
+            applied = await migrate(conn, plugins)
         finally:
             await conn.close()
         answer(json.dumps({"applied": applied}))

@@ -234,7 +234,7 @@ async def serve(settings: Settings, plugins: list[Plugin], signals: "_Signals", 
                 banner_text: str = "") -> None:
     conn = await connect(settings.database_direct_url or settings.database_url)  # a session: not the pooler
     try:
-        applied = await migrate(conn, [p.name for p in plugins])
+        applied = await migrate(conn, plugins)
         if embedded and not settings.tenant_database_url:
             # tenants' requests on a login that is no more than the API role, as a deployment should
             from app.devdb import local_tenant_login_url

@@ -1,7 +1,8 @@
 """Build the Lambda artifact (`make package`): one zip with the code, the SQL and the
 requirements, which serverless.yml deploys as it is (package.artifact). The code is laid
 out as the wheel lays it out: sql/ goes in as app/sql/, the package app.sql that
-pyproject.toml maps it to, where the code reads it (app/engine/queries.py).
+pyproject.toml maps it to, where the code reads it (app/engine/queries.py); a plug-in's
+SQL under app/ (app/outreach/sql/) goes in where it is.
 
     python -m app.lambda_package [--out .build/lambda.zip] [--no-deps]
 
@@ -83,7 +84,7 @@ def build(out: Path, with_deps: bool = True, root: Path = ROOT) -> list[str]:
         if with_deps:
             install_requirements(site, requirements(root))
         with zipfile.ZipFile(out, "w") as zf:
-            for path in _files(root / "app", "**/*.py"):
+            for path in [*_files(root / "app", "**/*.py"), *_files(root / "app", "**/*.sql")]:
                 names.append(path.relative_to(root).as_posix())
                 _add(zf, path, names[-1])
             for path in _files(root / "app" / "api" / "static", "*"):  # the dashboard's page and assets

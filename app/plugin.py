@@ -3,7 +3,8 @@
     PIPELINE_PLUGINS=app.outreach.plugin:PLUGIN        (the default: the example pipeline)
     PIPELINE_PLUGINS=                                  (none: only PIPELINE_STAGES)
 
-A plug-in brings stages, and may bring tenant routes and CLI commands of its own.
+A plug-in brings stages, and may bring its own SQL (tables and named queries), tenant
+routes and CLI commands.
 The queue never imports a plug-in: the adapters receive the loaded plug-ins from the
 composition root (the app factory, the CLI, `make run`, the Lambda handler) and mount
 what each brings.
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from typing import Any, Awaitable, Callable, Sequence
 
 from app.pipeline.registry import StageConfigError, import_named
@@ -46,8 +49,13 @@ DashboardHook = Callable[[Any, Any, Any], Awaitable[Sequence[dict[str, Any]]]]
 class Plugin:
     """What one plug-in brings.
 
-    name:        a plain word; names its SQL folder (sql/<name>/) and its migration versions.
+    name:        a plain word; prefixes its migration versions (<name>/NNNN_name).
     stages:      its stages, earliest first; they run before PIPELINE_STAGES's.
+    sql:         the folder of its SQL, as package data: a Traversable
+                 (importlib.resources.files("mypkg") / "sql") or the name of the package
+                 that is the folder ("mypkg.sql"). migrations/NNNN_name.sql is its schema,
+                 applied after the queue's by `skiplock migrate`; queries/<name>.sql are
+                 its named statements (app.engine.queries.queries_of(folder)). None: no SQL.
     routers:     FastAPI routers, mounted as tenant routes (an API key, row-level security);
                  or a function returning them, called only when the web app is built, so
                  the scheduled Lambda path and the CLI load the plug-in without FastAPI.
@@ -64,6 +72,7 @@ class Plugin:
     """
     name: str
     stages: Sequence[Stage] = ()
+    sql: Traversable | str | None = None
     routers: Sequence[Any] | Callable[[], Sequence[Any]] = ()
     commands: Callable[[Any], None] | None = None
     dev_settings: Callable[[Any], dict[str, Any]] | None = None
@@ -75,6 +84,8 @@ class Plugin:
         if not self.name.isidentifier():
             raise ValueError(f"plug-in name {self.name!r} must be a plain word")
         object.__setattr__(self, "stages", tuple(self.stages))
+        if isinstance(self.sql, str):
+            object.__setattr__(self, "sql", files(self.sql))
         if not callable(self.routers):
             object.__setattr__(self, "routers", tuple(self.routers))
 

@@ -592,7 +592,7 @@ class Chaos:
         from app.settings import load_settings
         conn = await connect(self.dsn)
         try:
-            await migrate(conn, [p.name for p in load_plugins(load_settings().pipeline_plugins)])
+            await migrate(conn, load_plugins(load_settings().pipeline_plugins))
             await conn.execute(CREATE_EFFECTS)
             self.lane_column = await conn.fetchval(LANE_COLUMN)
         finally:

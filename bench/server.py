@@ -17,6 +17,7 @@ import asyncpg
 from app.engine import db
 from app.engine.db import connect
 from app.engine.migrate import migrate
+from app.outreach.plugin import PLUGIN
 
 from bench.machine import CpuMeter, parent_pid
 
@@ -88,7 +89,7 @@ class Server:
         dsn = self.dsn(name)
         conn = await connect(dsn)
         try:
-            await migrate(conn, ["outreach"])  # the benchmarks seed the example's campaigns
+            await migrate(conn, [PLUGIN])  # the benchmarks seed the example's campaigns
         finally:
             await conn.close()
         return dsn

@@ -15,10 +15,11 @@ from typing import AsyncIterator, Sequence
 from app.devdb import SYSTEM_USER, LocalPostgres, _bin_dir
 from app.engine.db import connect
 from app.engine.migrate import migrate
+from app.plugin import Plugin
 
 
 @asynccontextmanager
-async def migrated_server(prefix: str, plugins: Sequence[str]) -> AsyncIterator[tuple[LocalPostgres, str, int]]:
+async def migrated_server(prefix: str, plugins: Sequence[Plugin]) -> AsyncIterator[tuple[LocalPostgres, str, int]]:
     """A fresh server with the queue's migrations and `plugins`' chains; (server, dsn, port)."""
     # Not under tmp_path: as root the server's user must traverse every parent.
     folder = Path(tempfile.mkdtemp(prefix=prefix))

@@ -14,6 +14,7 @@ from app.engine.db import connect
 from app.engine.migrate import LEGACY_DIR, SQUASHED, _files, chain, migrate, pending_migrations
 from app.engine.queries import query
 from app.outreach.plans import DEFAULT_PLAN, OWNERLESS_PLAN, PLANS
+from app.outreach.plugin import PLUGIN
 from tests import factories as f
 
 BEFORE_LANES = "0009"  # the old database was made by the legacy migrations below this one
@@ -74,15 +75,15 @@ async def test_a_database_made_before_the_split_comes_across_with_its_data(new_d
         # the rest of the legacy chain, the bridge (recorded as the squashed files it
         # stands for), then whatever came after the squash
         legacy_rest = [v for v, _ in _files(LEGACY_DIR) if v >= BEFORE_LANES]
-        later = [v for v, _ in chain(["outreach"]) if v not in SQUASHED]
+        later = [v for v, _ in chain([PLUGIN]) if v not in SQUASHED]
         expected = legacy_rest + list(SQUASHED) + later
-        assert await pending_migrations(db, ["outreach"]) == expected
-        assert await migrate(db, ["outreach"]) == expected
-        assert await migrate(db, ["outreach"]) == []
+        assert await pending_migrations(db, [PLUGIN]) == expected
+        assert await migrate(db, [PLUGIN]) == expected
+        assert await migrate(db, [PLUGIN]) == []
 
         fresh = await connect(fresh_url)
         try:
-            assert await migrate(fresh, ["outreach"]) == [v for v, _ in chain(["outreach"])]
+            assert await migrate(fresh, [PLUGIN]) == [v for v, _ in chain([PLUGIN])]
         finally:
             await fresh.close()
         old_schema, new_schema = schema_of(old_url), schema_of(fresh_url)

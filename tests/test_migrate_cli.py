@@ -16,6 +16,7 @@ import pytest
 
 from app.engine.db import connect
 from app.engine.migrate import chain, migrate, pending_migrations
+from app.outreach.plugin import PLUGIN
 
 
 @pytest.fixture
@@ -31,13 +32,13 @@ async def empty_db(pg_server):
 
 async def test_migrate_twice_and_from_two_processes_at_once(empty_db):
     conns = [await connect(empty_db) for _ in range(3)]
-    everything = [v for v, _ in chain(["outreach"])]
-    assert await pending_migrations(conns[0], ["outreach"]) == everything
-    results = await asyncio.gather(*(migrate(c, ["outreach"]) for c in conns))
+    everything = [v for v, _ in chain([PLUGIN])]
+    assert await pending_migrations(conns[0], [PLUGIN]) == everything
+    results = await asyncio.gather(*(migrate(c, [PLUGIN]) for c in conns))
     applied = [v for r in results for v in r]
     assert sorted(applied) == sorted(everything)  # each applied exactly once
-    assert await migrate(conns[0], ["outreach"]) == []
-    assert await pending_migrations(conns[0], ["outreach"]) == []
+    assert await migrate(conns[0], [PLUGIN]) == []
+    assert await pending_migrations(conns[0], [PLUGIN]) == []
     for c in conns:
         await c.close()
 

@@ -20,6 +20,7 @@ from app.engine.db import connect
 from app.engine.tenancy import Actor, act_as
 from app.engine.migrate import chain, migrate
 from app.outreach.plans import OWNERLESS_PLAN, PLANS
+from app.outreach.plugin import PLUGIN
 
 REPO = Path(__file__).resolve().parent.parent
 QUEUE_MODULES = sorted(p for p in (REPO / "app").rglob("*.py") if "outreach" not in p.relative_to(REPO).parts)
@@ -127,7 +128,7 @@ async def test_a_queue_without_the_plug_in_has_no_campaign_tables_until_it_names
             key = (await accounts.create_key(db, "ops@example.com", admin=True)).key
         assert (await accounts.authenticate(db, key)) is not None
         # naming the plug-in later adds its chain only, and ranks the lanes already there
-        assert await migrate(db, ["outreach"]) == [v for v, _ in chain(["outreach"]) if v.startswith("outreach/")]
+        assert await migrate(db, [PLUGIN]) == [v for v, _ in chain([PLUGIN]) if v.startswith("outreach/")]
         assert await db.fetchval("SELECT priority FROM lanes WHERE id = $1", lane) == PLANS[OWNERLESS_PLAN].priority
     finally:
         await db.close()

@@ -1,6 +1,7 @@
 """The built wheel is the whole program: it carries the SQL (sql/, installed as the package
-app.sql) and runs from an environment that cannot see this checkout. `skiplock migrate`
-and a run go through it against a fresh database; so does the example plug-in's SQL."""
+app.sql, and the example plug-in's app/outreach/sql/) and runs from an environment that
+cannot see this checkout. `skiplock migrate` and a run go through it against a fresh
+database; so does the example plug-in's SQL."""
 
 from __future__ import annotations
 
@@ -69,13 +70,14 @@ def python(wheel, tmp_path_factory) -> Path:
 def test_the_wheel_holds_the_code_and_all_the_sql(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     sql = {f"app/sql/{p.relative_to(ROOT / 'sql').as_posix()}" for p in (ROOT / "sql").rglob("*.sql")}
+    sql |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "app").rglob("*.sql")}  # plug-ins' own
     code = {p.relative_to(ROOT).as_posix() for p in (ROOT / "app").rglob("*.py")
             if "__pycache__" not in p.parts}
     assert sql - names == set(), "SQL files the wheel lacks"
     assert code - names == set(), "modules the wheel lacks (is their package found by setup.py?)"
     assert "app/sql/__init__.py" in names
-    assert any(n.startswith("app/sql/outreach/queries/") for n in names)  # the example plug-in's
-    assert any(n.startswith("app/sql/outreach/migrations/") for n in names)
+    assert any(n.startswith("app/outreach/sql/queries/") for n in names)  # the example plug-in's
+    assert any(n.startswith("app/outreach/sql/migrations/") for n in names)
     assert any(n.startswith("app/sql/migrations/legacy/") for n in names)
     assert not any(n.startswith(("sql/", "tests/")) for n in names)
 
@@ -109,7 +111,7 @@ async def test_migrate_and_run_from_the_wheel(python, new_database, tmp_path):
     assert json.loads(run.stdout)["stopReason"] == "no_work"
 
     # the example plug-in's migrations come out of the wheel too
-    example = sorted(f"outreach/{p.stem}" for p in (ROOT / "sql" / "outreach" / "migrations").glob("[0-9]*.sql"))
+    example = sorted(f"outreach/{p.stem}" for p in (ROOT / "app" / "outreach" / "sql" / "migrations").glob("[0-9]*.sql"))
     migrated = skiplock("migrate", plugins=None)
     assert migrated.returncode == 0, migrated.stderr
     assert json.loads(migrated.stdout)["applied"] == example

@@ -38,7 +38,7 @@ async def ready(request: Request) -> dict[str, Any]:
             async with asyncio.timeout(READY_TIMEOUT_SECONDS):
                 pool = await runtime.pool()
                 async with pool.acquire() as conn:
-                    pending = await pending_migrations(conn, [p.name for p in runtime.plugins])
+                    pending = await pending_migrations(conn, runtime.plugins)
     except DatabaseUnavailable as exc:
         # readiness has its own code: probes look for not_ready, whatever the cause
         raise ApiError(503, "not_ready", str(exc), {"database": exc.state}) from None

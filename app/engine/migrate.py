@@ -2,30 +2,49 @@
 
 Two kinds of chain, applied in this order:
   * the queue's: sql/migrations/NNNN_name.sql, recorded as "NNNN_name";
-  * each named plug-in's: sql/<plug-in>/migrations/NNNN_name.sql (an optional folder),
-    recorded as "<plug-in>/NNNN_name".
+  * each loaded plug-in's: <its SQL folder>/migrations/NNNN_name.sql (Plugin.sql; none if
+    it declares no folder or the folder has no migrations/), recorded as "<plug-in>/NNNN_name".
 
 A database made before the split (the queue and the outreach example in one chain, kept
 unchanged in sql/migrations/legacy/) is recognised by a legacy version in its record: the
 rest of that chain runs, then legacy/bridge.sql turns its end state into the split one,
-data included, and the squashed files it stands for are recorded as applied. Everything
-after them runs as on any database. A fresh database never sees the legacy chain.
+data included, and the squashed files it stands for (its "-- records:" line) are recorded
+as applied, whichever plug-ins are loaded: the legacy chain made their tables either way.
+Everything after them runs as on any database. A fresh database never sees the legacy chain.
 """
 
 from __future__ import annotations
 
 from importlib.resources.abc import Traversable
-from typing import Iterable
+from typing import Iterable, Protocol
 
 import asyncpg
 
 from app.engine.queries import SQL_DIR, query
 
 LEGACY_DIR = SQL_DIR / "migrations" / "legacy"
-# What legacy/bridge.sql stands for: the squashed first files of the queue's chain and of
-# the outreach plug-in's chain (the legacy chain made the example's tables too, so a
-# database made before the split has them whether or not it still names the plug-in).
-SQUASHED = ("0013_queue", "outreach/0001_outreach")
+BRIDGE = (LEGACY_DIR / "bridge.sql").read_text(encoding="utf-8")
+
+
+class PluginSql(Protocol):
+    """What migrating needs of a plug-in (app.plugin.Plugin has it): the name that prefixes
+    its versions, and its SQL folder."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def sql(self) -> Traversable | None: ...
+
+
+def _bridge_records(bridge: str) -> tuple[str, ...]:
+    """The versions the bridge stands for, from its "-- records: v1 v2 ..." line."""
+    for line in bridge.splitlines():
+        if line.startswith("-- records:"):
+            return tuple(line.removeprefix("-- records:").split())
+    raise ValueError("legacy/bridge.sql has no '-- records:' line")
+
+
+# The squashed first files of the split chains that the bridge stands for.
+SQUASHED = _bridge_records(BRIDGE)
 
 
 def _files(folder: Traversable, prefix: str = "") -> list[tuple[str, str]]:
@@ -38,29 +57,30 @@ def _files(folder: Traversable, prefix: str = "") -> list[tuple[str, str]]:
     return [(prefix + n.removesuffix(".sql"), (folder / n).read_text(encoding="utf-8")) for n in names]
 
 
-def chain(plugins: Iterable[str]) -> list[tuple[str, str]]:
-    """The queue's migrations, then each plug-in's (by plug-in name), in order."""
+def chain(plugins: Iterable[PluginSql]) -> list[tuple[str, str]]:
+    """The queue's migrations, then each plug-in's, in order."""
     steps = _files(SQL_DIR / "migrations")
-    for name in plugins:
-        steps += _files(SQL_DIR / name / "migrations", f"{name}/")
+    for plugin in plugins:
+        if plugin.sql is not None:
+            steps += _files(plugin.sql / "migrations", f"{plugin.name}/")
     return steps
 
 
-def _plan(done: set[str], plugins: Iterable[str]) -> list[tuple[str, tuple[str, ...]]]:
+def _plan(done: set[str], plugins: Iterable[PluginSql]) -> list[tuple[str, tuple[str, ...]]]:
     """(sql, versions it records) for each step still to run, in order."""
     steps: list[tuple[str, tuple[str, ...]]] = []
     legacy = _files(LEGACY_DIR)
-    if done & {v for v, _ in legacy} and SQUASHED[0] not in done:
+    if done & {v for v, _ in legacy} and not done.issuperset(SQUASHED):
         steps += [(sql, (v,)) for v, sql in legacy if v not in done]
-        steps.append(((LEGACY_DIR / "bridge.sql").read_text(encoding="utf-8"), SQUASHED))
+        steps.append((BRIDGE, SQUASHED))
         done = done | set(SQUASHED)
     steps += [(sql, (v,)) for v, sql in chain(plugins) if v not in done]
     return steps
 
 
-async def migrate(conn: asyncpg.Connection, plugins: Iterable[str]) -> list[str]:
-    """Apply what is missing of the queue's chain and the named plug-ins' (PIPELINE_PLUGINS's
-    names); return the versions recorded now. Safe to run concurrently."""
+async def migrate(conn: asyncpg.Connection, plugins: Iterable[PluginSql]) -> list[str]:
+    """Apply what is missing of the queue's chain and the loaded plug-ins' (PIPELINE_PLUGINS's);
+    return the versions recorded now. Safe to run concurrently."""
     applied_now: list[str] = []
     async with conn.transaction():
         await conn.execute(query("migrations_lock"))
@@ -74,7 +94,7 @@ async def migrate(conn: asyncpg.Connection, plugins: Iterable[str]) -> list[str]
     return applied_now
 
 
-async def pending_migrations(conn: asyncpg.Connection, plugins: Iterable[str]) -> list[str]:
+async def pending_migrations(conn: asyncpg.Connection, plugins: Iterable[PluginSql]) -> list[str]:
     """Versions not yet applied (all of the chains on an empty database)."""
     exists = await conn.fetchval(query("migrations_table_exists"))
     done = set()

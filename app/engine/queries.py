@@ -1,6 +1,7 @@
 """Named SQL: each file in sql/queries/ is one query, loaded by its name and called with
 keyword arguments (statement("<name>").bind(...), app/engine/sql_params.py). A plug-in keeps
-its own in sql/<plug-in>/queries/ and loads them with queries_of("<plug-in>").
+its own in the SQL folder its Plugin declares (Plugin.sql), <folder>/queries/<name>.sql, and
+loads them with queries_of(<folder>).
 
 sql/ is installed as the package app.sql (pyproject.toml), so the files are read as its
 package data: the same way from an editable install, a wheel or the Lambda zip."""
@@ -16,18 +17,21 @@ from app.engine.sql_params import Statement, translate
 SQL_DIR: Traversable = files("app.sql")
 
 
-@lru_cache
-def _read(folder: tuple[str, ...], name: str) -> str:
-    # keyed by the folder's names, not a Traversable: not every Traversable is hashable
-    path = SQL_DIR
-    for part in folder:
-        path = path / part
-    return (path / f"{name}.sql").read_text(encoding="utf-8")
+def _reader(folder: Traversable):
+    """A cached reader of <folder>/<name>.sql by name (one cache a folder: not every
+    Traversable is hashable)."""
+    @lru_cache
+    def read(name: str) -> str:
+        return (folder / f"{name}.sql").read_text(encoding="utf-8")
+    return read
+
+
+_queue_query = _reader(SQL_DIR / "queries")
 
 
 def query(name: str) -> str:
     """The queue's own query `name` (sql/queries/<name>.sql)."""
-    return _read(("queries",), name)
+    return _queue_query(name)
 
 
 @lru_cache
@@ -36,10 +40,7 @@ def statement(name: str) -> Statement:
     return translate(query(name), f"sql/queries/{name}.sql")
 
 
-def queries_of(plugin: str):
-    """The loader of a plug-in's named queries (sql/<plugin>/queries/<name>.sql)."""
-    folder = (plugin, "queries")
-
-    def plugin_query(name: str) -> str:
-        return _read(folder, name)
-    return plugin_query
+def queries_of(sql: Traversable):
+    """The loader of a plug-in's named queries, <sql>/queries/<name>.sql, `sql` being the
+    folder its Plugin declares (Plugin.sql)."""
+    return _reader(sql / "queries")

@@ -1,5 +1,5 @@
 -- The queue's schema, squashed: what the legacy chain (legacy/0001..0012) left, less the
--- outreach example's tables (those are the plug-in's own chain, sql/outreach/migrations/).
+-- outreach example's tables (those are the plug-in's own chain, app/outreach/sql/migrations/).
 -- A database made before the split is brought here by legacy/bridge.sql instead.
 --
 -- Accounts, the jobs queue and its lanes, the fairness counters, runs, batches, recurring

@@ -27,7 +27,7 @@ from tests.own_server import migrated_server, pg_ctl
 
 @pytest.fixture
 async def own_server():
-    async with migrated_server("skiplock-down-", [p.name for p in load_plugins(Settings().pipeline_plugins)]) \
+    async with migrated_server("skiplock-down-", load_plugins(Settings().pipeline_plugins)) \
             as (server, dsn, port):
         pool = await create_pool(dsn, size=1)
         try:

@@ -73,7 +73,7 @@ def test_the_artifact_holds_code_and_sql(tmp_path):
     # the SQL where the wheel has it: the package app.sql (sql/ in the repository)
     assert {"app/sql/__init__.py", "app/sql/queries/claim.sql", "app/sql/migrations/legacy/bridge.sql"} <= set(names)
     assert any(n.startswith("app/sql/migrations/0013_queue") for n in names)
-    assert any(n.startswith("app/sql/outreach/migrations/0001") for n in names)
+    assert any(n.startswith("app/outreach/sql/migrations/0001") for n in names)  # a plug-in's, beside its code
     assert not any(n.startswith("sql/") for n in names)
     assert not any("__pycache__" in n for n in names)
     assert any(r.startswith("mangum") for r in requirements())
@@ -87,7 +87,8 @@ def test_the_artifact_reads_its_own_sql(tmp_path):
     unzipped = tmp_path / "unzipped"
     zipfile.ZipFile(tmp_path / "lambda.zip").extractall(unzipped)
     probe = ("import json, app, app.engine.queries as q, app.engine.migrate as m, app.outreach.sql as o;"
-             "print(json.dumps([app.__file__, str(q.SQL_DIR), len(m.chain(['outreach'])),"
+             "from app.outreach.plugin import PLUGIN;"
+             "print(json.dumps([app.__file__, str(q.SQL_DIR), len(m.chain([PLUGIN])),"
              " len(q.query('claim')), len(o.query('campaign_get'))]))")
     # run from the unzipped folder: it comes first on sys.path, ahead of this checkout
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -97,7 +98,7 @@ def test_the_artifact_reads_its_own_sql(tmp_path):
     where, sql_dir, steps, claim, campaign_get = json.loads(proc.stdout)
     assert Path(where).is_relative_to(unzipped) and Path(sql_dir) == unzipped / "app" / "sql"
     in_repository = [*(ROOT / "sql" / "migrations").glob("[0-9]*.sql"),
-                     *(ROOT / "sql" / "outreach" / "migrations").glob("[0-9]*.sql")]
+                     *(ROOT / "app" / "outreach" / "sql" / "migrations").glob("[0-9]*.sql")]
     assert steps == len(in_repository)
     assert claim > 0 and campaign_get > 0
 

@@ -1,8 +1,9 @@
+-- records: 0013_queue outreach/0001_outreach
 -- From the legacy chain's end state (0001..0012, one chain for the queue and the outreach
 -- example together) to the split end state: the queue's chain (../0013_queue.sql) plus the
--- outreach plug-in's (../../outreach/migrations/0001_outreach.sql). Data stays; afterwards
+-- outreach plug-in's (app/outreach/sql/migrations/0001_outreach.sql). Data stays; afterwards
 -- the database is what those two files make on an empty one, and app/engine/migrate.py
--- records them as applied. Runs once, in the migrator's transaction.
+-- records them as applied (the line above names them). Runs once, in the migrator's transaction.
 
 -- The policies that read campaign_id go first: the columns they name change below.
 DROP POLICY tenant ON jobs;
