@@ -273,13 +273,13 @@ class LocalPostgres:
             return
         import asyncpg
 
-        from app.engine.queries import query
+        from app.engine.queries import statement
 
         # ALTER ROLE takes no parameters: the password travels as a session setting
         conn = await asyncpg.connect(self.dsn(port), server_settings={"skiplock.local_password": self.password()})
         try:
-            await conn.execute(query("local_password_set"))
-            loaded_before = await conn.fetchval(query("local_config_loaded_at"))
+            await conn.execute(*statement("local_password_set").bind())
+            loaded_before = await conn.fetchval(*statement("local_config_loaded_at").bind())
         finally:
             await conn.close()
         self._write_private(self._pgdata / "pg_hba.conf", PASSWORD_ONLY_HBA, for_server=True)
@@ -290,7 +290,7 @@ class LocalPostgres:
         while True:  # a new session's load time is the server's, once it has reloaded
             conn = await asyncpg.connect(self.dsn(port))
             try:
-                loaded = await conn.fetchval(query("local_config_loaded_at"))
+                loaded = await conn.fetchval(*statement("local_config_loaded_at").bind())
             finally:
                 await conn.close()
             if loaded > loaded_before:
@@ -323,16 +323,16 @@ async def local_database_url(data_dir: Path = LOCAL_DATA_DIR) -> str:
     """Start (or reuse) the local server under .data/ and return the `skiplock` database's DSN."""
     import asyncpg
 
-    from app.engine.queries import query
+    from app.engine.queries import statement
 
     server = LocalPostgres(data_dir)
     port = await asyncio.to_thread(server.start)
     await server.require_password(port)  # a data directory from before passwords
     conn = await asyncpg.connect(server.dsn(port))
     try:
-        if not await conn.fetchval(query("database_exists"), "skiplock"):
+        if not await conn.fetchval(*statement("database_exists").bind(name="skiplock")):
             try:
-                await conn.execute(query("create_local_database"))
+                await conn.execute(*statement("create_local_database").bind())
             except asyncpg.DuplicateDatabaseError:
                 pass  # another process created it first
     finally:
@@ -343,15 +343,15 @@ async def local_database_url(data_dir: Path = LOCAL_DATA_DIR) -> str:
 async def local_tenant_login_url(conn, data_dir: Path = LOCAL_DATA_DIR) -> str:
     """Make (or keep) the running local server's tenant login, on the superuser's `conn`
     to its `skiplock` database once the migrations have made skiplock_api; its DSN."""
-    from app.engine.queries import query
+    from app.engine.queries import statement
 
     server = LocalPostgres(data_dir)
     port = server.running_port()
     if port is None:
         raise LocalPostgresError(f"no local PostgreSQL is running under {data_dir}")
     async with conn.transaction():
-        await conn.execute(query("local_password_pass"), server.tenant_password())
-        await conn.execute(query("local_tenant_login"))
+        await conn.execute(*statement("local_password_pass").bind(password=server.tenant_password()))
+        await conn.execute(*statement("local_tenant_login").bind())
     return server.dsn(port, "skiplock", tenant=True)
 
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Mapping
 import asyncpg
 
 from app.engine.db import create_pool
-from app.engine.queries import query
+from app.engine.queries import statement
 from app.json_values import iso
 from app.pipeline.loop import Pipeline, RunResult
 from app.pipeline.registry import RESERVED_TYPES, check_stages, load_stages
@@ -234,7 +234,7 @@ class Runtime:
     async def _new_tenant_pool(self) -> asyncpg.Pool:
         pool = await create_pool(self.settings.tenant_database_url, self.settings.db_pool_size,
                                  pooled=behind_pooler(self.settings))
-        reasons = await pool.fetchval(query("tenant_login_check"))
+        reasons = await pool.fetchval(*statement("tenant_login_check").bind())
         if reasons:
             await pool.close()
             self._tenant_refused_until = time.monotonic() + TENANT_RECHECK_SECONDS

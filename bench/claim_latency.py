@@ -40,7 +40,7 @@ import asyncpg
 from app.engine import jobs as q
 from app.engine.db import connect
 from app.engine.jobs import Lease
-from app.engine.queries import query
+from app.engine.queries import statement
 
 from bench import fixtures
 from bench.explain import explain
@@ -129,6 +129,12 @@ def _summary(lat: list[float]) -> dict:
     return {"p50_ms": round(pct(lat, 50), 3), "p95_ms": round(pct(lat, 95), 3),
             "p99_ms": round(pct(lat, 99), 3), "mean_ms": round(statistics.mean(lat), 3),
             "max_ms": round(max(lat), 3), "samples": len(lat)}
+
+
+def _claim_of_25(run_id) -> tuple:
+    """claim.sql bound for a plain claim of 25 (nothing finished first)."""
+    return statement("claim").bind(type=TYPE, limit=25, run_id=run_id, lease_seconds=LEASE.lease_seconds,
+                                   max_attempts=LEASE.max_attempts, done=[], hand_back=[], hand_back_until=[])
 
 
 async def _plan(conn, sql: str, args: tuple, mode: str = "force_generic_plan") -> str:
@@ -229,7 +235,7 @@ class _Target:
     async def open(self) -> None:
         self.conn = await connect_like_pool(self.dsn)
         self.naive_conn = await connect(self.dsn)
-        self.run_id = await self.conn.fetchval(query("run_start"), "bench")
+        self.run_id = await self.conn.fetchval(*statement("run_start").bind(trigger="bench"))
         self.naive_stmt = await self.naive_conn.prepare(NAIVE_CLAIM)
 
     async def fair_call(self) -> int:
@@ -295,10 +301,10 @@ async def run(server, *, sizes: list[int], pending: int, warmup: int, samples: i
                 log(f"    done={t.size:>10,} naive CTE : p50 {r['p50_ms']:6.2f} ms  p95 {r['p95_ms']:6.2f} ms"
                     f"  ({r['samples']} samples)")
         for t in targets:
-            args = (TYPE, 25, t.run_id, LEASE.lease_seconds, LEASE.max_attempts, [], [], [])
-            out["plans"][f"fair done={t.size}"] = await _plan(t.conn, query("claim"), args)
+            sql, *args = _claim_of_25(t.run_id)
+            out["plans"][f"fair done={t.size}"] = await _plan(t.conn, sql, tuple(args))
             out["plans"][f"fair done={t.size} custom"] = await _plan(
-                t.conn, query("claim"), args, mode="force_custom_plan")
+                t.conn, sql, tuple(args), mode="force_custom_plan")
             if t.size in naive_sizes:
                 out["plans"][f"naive done={t.size}"] = await _plan(
                     t.naive_conn, NAIVE_CLAIM, (TYPE, 25, t.run_id), mode="auto")
@@ -355,7 +361,7 @@ async def run_lanes(server, *, shapes: list[tuple[int, int]], pending: int, warm
                 await conn.execute("TRUNCATE jobs, job_lanes, job_lane_hours")
             await conn.execute(LOAD_PENDING_OVER, TYPE, pending, min(lanes, total), ids)
             await conn.execute("VACUUM ANALYZE")
-            run_id = await conn.fetchval(query("run_start"), "bench")
+            run_id = await conn.fetchval(*statement("run_start").bind(trigger="bench"))
 
             async def call():
                 return len(await q.claim(conn, LEASE, run_id, 25))
@@ -366,10 +372,10 @@ async def run_lanes(server, *, shapes: list[tuple[int, int]], pending: int, warm
             out["results"].append(r)
             log(f"    campaigns={total:>8,} lanes with work={r['lanes_with_work']:>8,}: fair claim p50 "
                 f"{r['p50_ms']:6.2f} ms  p95 {r['p95_ms']:6.2f} ms")
-            args = (TYPE, 25, run_id, LEASE.lease_seconds, LEASE.max_attempts, [], [], [])
-            out["plans"][f"campaigns={total} lanes={lanes}"] = await _plan(conn, query("claim"), args)
+            sql, *args = _claim_of_25(run_id)
+            out["plans"][f"campaigns={total} lanes={lanes}"] = await _plan(conn, sql, tuple(args))
             out["plans_custom"][f"campaigns={total} lanes={lanes}"] = await _plan(
-                conn, query("claim"), args, mode="force_custom_plan")
+                conn, sql, tuple(args), mode="force_custom_plan")
     finally:
         if conn is not None:
             await conn.close()

@@ -285,7 +285,7 @@ async def statement_costs(server, *, campaigns: int, n: int, calls: int, log=pri
     In each of STATEMENT_CONFIGS, interleaved call by call (each first in turn); median
     of `calls`."""
     from app.engine.jobs import Lease
-    from app.engine.queries import query
+    from app.engine.queries import statement
 
     from bench.server import connect_like_pool
 
@@ -312,7 +312,7 @@ async def statement_costs(server, *, campaigns: int, n: int, calls: int, log=pri
                 await q.enqueue_many(conn, [NewJob(type=TYPE, lane=lanes[i % len(lanes)])
                                             for i in range(n)])
                 await conn.execute("VACUUM ANALYZE jobs, job_lanes, job_lane_hours")
-                runs[config] = await conn.fetchval(query("run_start"), "bench")
+                runs[config] = await conn.fetchval(*statement("run_start").bind(trigger="bench"))
                 if config == "audit firing":
                     await conn.execute("SELECT set_config('app.current_actor_kind', 'user', false), "
                                        "set_config('app.current_actor_id', 'bench', false)")
@@ -360,7 +360,7 @@ async def overlap_check(server, log=print) -> dict:
     locked rows since c9cc411); if it gets none, its run stops with `no_work` while
     2,000 jobs are ready (what `runs stopped early` in the mixed drains counts)."""
     from app.engine.jobs import Lease
-    from app.engine.queries import query
+    from app.engine.queries import statement
 
     from bench.server import connect_like_pool as connect
 
@@ -371,8 +371,8 @@ async def overlap_check(server, log=print) -> dict:
         free, standard, pro = await fixtures.campaigns(a, 3)  # plans cycle free, standard, pro
         for campaign, count in ((pro, 25), (standard, 1000), (free, 1000)):
             await q.enqueue_many(a, [NewJob(type="t", lane=campaign) for _ in range(count)])
-        run_a = await a.fetchval(query("run_start"), "bench")
-        run_b = await b.fetchval(query("run_start"), "bench")
+        run_a = await a.fetchval(*statement("run_start").bind(trigger="bench"))
+        run_b = await b.fetchval(*statement("run_start").bind(trigger="bench"))
         lease = Lease("t", 300, 3)
         tr = a.transaction()
         await tr.start()

@@ -11,7 +11,7 @@ from app.engine import jobs as q
 from app.engine.db import connect, create_pool
 from app.engine.jobs import NewJob
 from app.engine.migrate import migrate
-from app.engine.queries import query
+from app.engine.queries import statement
 from app.pipeline.loop import Pipeline
 from app.settings import load_settings
 from bench.explain import explain
@@ -55,8 +55,8 @@ async def test_claim_plan_stays_off_the_done_rows(pool):
         tr = conn.transaction()
         await tr.start()
         try:
-            raw = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + query("claim"),
-                                      "t", 25, run_id, 900.0, 3, [], [], [])
+            sql, *args = claim_of_25(run_id)
+            raw = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args)
         finally:
             await tr.rollback()
     plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
@@ -96,12 +96,19 @@ async def load_lanes(pool):
     """)
 
 
+def claim_of_25(run_id, done=(), hand_back=(), hand_back_until=()) -> tuple:
+    """claim.sql bound as the hot loop binds it: 25 jobs of type t."""
+    return statement("claim").bind(type="t", limit=25, run_id=run_id, lease_seconds=900.0, max_attempts=3,
+                                   done=list(done), hand_back=list(hand_back),
+                                   hand_back_until=list(hand_back_until))
+
+
 async def explain_claim(pool, run_id, mode: str) -> dict:
     """EXPLAIN ANALYZE of the claim of 25 as a prepared statement under plan_cache_mode
     `mode` (the pool forces the generic plan), rolled back."""
     async with pool.acquire() as conn:
-        raw = await explain(conn, query("claim"), ("t", 25, run_id, 900.0, 3, [], [], []),
-                            mode=mode, options="ANALYZE, FORMAT JSON")
+        sql, *args = claim_of_25(run_id)
+        raw = await explain(conn, sql, tuple(args), mode=mode, options="ANALYZE, FORMAT JSON")
     return json.loads(raw)[0]["Plan"]
 
 
@@ -137,8 +144,8 @@ async def test_the_endings_find_the_runs_jobs_by_primary_key_however_many_others
     mine = [r["id"] for r in await pool.fetch("SELECT id FROM jobs WHERE run_id = $1", runs[0])]
     back, until = mine[:5], [datetime.now(timezone.utc)] * 5
     async with pool.acquire() as conn:
-        raw = await explain(conn, query("claim"), ("t", 25, runs[0], 900.0, 3, mine[5:], back, until),
-                            options="ANALYZE, FORMAT JSON")
+        sql, *args = claim_of_25(runs[0], done=mine[5:], hand_back=back, hand_back_until=until)
+        raw = await explain(conn, sql, tuple(args), options="ANALYZE, FORMAT JSON")
     plan = json.loads(raw)[0]["Plan"]
     for cte in ("CTE done", "CTE handed_back"):
         [ending] = [n for n in plan["Plans"] if n.get("Subplan Name") == cte]
@@ -164,14 +171,14 @@ async def test_a_run_gathers_the_statistics_a_database_just_loaded_lacks(new_dat
         await db.close()
     pool = await create_pool(url)
     try:
-        assert await pool.fetchval(query("jobs_statistics_missing")) is True
+        assert await pool.fetchval(*statement("jobs_statistics_missing").bind()) is True
 
         async def untouched(job, ctx):
             raise AssertionError("no job of this type was queued")
         settings = load_settings(database_url="postgresql://unused")
         result = await Pipeline(pool, [Stage(type="other", handler=untouched)], settings).run("manual")
         assert result.stop_reason == "no_work"
-        assert await pool.fetchval(query("jobs_statistics_missing")) is False
+        assert await pool.fetchval(*statement("jobs_statistics_missing").bind()) is False
         assert await q.gather_statistics_if_missing(pool) is False  # once, not every run
 
         plan = await explain_claim(pool, await f.run(pool), "force_generic_plan")

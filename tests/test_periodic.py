@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from app import DeferJob, Stage
-from app.engine.queries import query
+from app.engine.queries import statement
 from app.pipeline.loop import Pipeline
 from app.pipeline.maintenance import schedule_periodic
 from app.settings import load_settings
@@ -49,7 +49,7 @@ async def test_pruning_keeps_the_tick_that_says_a_long_period_was_served(pool):
     assert await schedule_periodic(pool, stages) == ["digest"]
     await pool.execute("UPDATE jobs SET status = 'done', finished_at = now()")
     await pool.execute("INSERT INTO recurring_ticks (task, period) VALUES ('stage:digest', '1960-01-01')")
-    await pool.fetchval(query("prune_bookkeeping"))
+    await pool.fetchval(*statement("prune_bookkeeping").bind())
     assert [r["period"].year for r in await pool.fetch("SELECT period FROM recurring_ticks")] == [1970]
     assert await schedule_periodic(pool, stages) == []
 

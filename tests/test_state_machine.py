@@ -36,8 +36,8 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, inva
                                  run_state_machine_as_test)
 
 from app.engine.db import create_pool
-from app.engine.jobs import claim
-from app.engine.queries import query
+from app.engine.jobs import NewJob, claim, enqueue
+from app.engine.queries import statement
 from tests import factories as f
 
 LEASE = 300.0                      # seconds; a lease expires only when a rule ages it
@@ -46,7 +46,7 @@ KEYS = [None, "k1", "k2"]
 OPEN = ("pending", "running")
 
 
-# ---- the adapter: one named query per operation, positional as the SQL files say ----
+# ---- the adapter: one named query per operation, its parameters by the names the SQL files give ----
 
 class Queue:
     """The queue's named queries, called synchronously on a pool of the machine's own
@@ -63,8 +63,8 @@ class Queue:
         self.do(self.pool.close())
         self.loop.close()
 
-    def fetch(self, name: str, *args):
-        return self.do(self.pool.fetch(query(name), *args))
+    def fetch(self, name: str, **args):
+        return self.do(self.pool.fetch(*statement(name).bind(**args)))
 
     def sql(self, text: str, *args):  # the test's own reads and time travel
         return self.do(self.pool.fetch(text, *args))
@@ -76,30 +76,33 @@ class Queue:
         return self.do(f.run(self.pool))
 
     def enqueue(self, type_, lane, key, run_after, batch):
-        rows = self.fetch("enqueue", type_, {}, key, lane, run_after, batch, None)
+        rows = self.fetch("enqueue", type=type_, payload={}, dedupe_key=key, lane=lane,
+                          run_after=run_after, batch_id=batch, total=None)
         return rows[0]["id"] if rows else None
 
     def claim(self, type_, run, limit, done=(), back=(), until=None):
         """claim.sql as the hot loop calls it: the previous batch's endings (`done`, and
         `back` handed back until `until`) written in the same statement. Returns the
         claimed ids and how many were marked done and handed back."""
-        rows = self.fetch("claim", type_, limit, run, LEASE, MAX_ATTEMPTS[type_],
-                          list(done), list(back), [until] * len(back))
+        rows = self.fetch("claim", type=type_, limit=limit, run_id=run, lease_seconds=LEASE,
+                          max_attempts=MAX_ATTEMPTS[type_], done=list(done), hand_back=list(back),
+                          hand_back_until=[until] * len(back))
         # no job claimed: one row of NULL job columns, still carrying the two counts
         return [r["id"] for r in rows if r["id"] is not None], rows[0]["done"], rows[0]["handed_back"]
 
     def complete(self, run, job):
-        return [r["id"] for r in self.fetch("complete", [job], run)]
+        return [r["id"] for r in self.fetch("complete", ids=[job], run_id=run)]
 
     def fail(self, run, job, max_attempts):
-        return self.fetch("fail", job, run, "boom", max_attempts)
+        return self.fetch("fail", job_id=job, run_id=run, error="boom", max_attempts=max_attempts)
 
     def defer(self, run, job, until):
-        return [r["id"] for r in self.fetch("defer", [job], [until], run)]
+        return [r["id"] for r in self.fetch("defer", ids=[job], until=[until], run_id=run)]
 
     def sweep(self, type_):
-        ids = [r["id"] for r in self.fetch("stuck_candidates", type_, LEASE, MAX_ATTEMPTS[type_])]
-        return ids, [i for i in ids if self.fetch("fail_stuck", i, type_, LEASE, MAX_ATTEMPTS[type_])]
+        lease = dict(type=type_, lease_seconds=LEASE, max_attempts=MAX_ATTEMPTS[type_])
+        ids = [r["id"] for r in self.fetch("stuck_candidates", **lease)]
+        return ids, [i for i in ids if self.fetch("fail_stuck", job_id=i, **lease)]
 
 
 # ---- the model ----
@@ -148,7 +151,7 @@ class JobMachine(RuleBasedStateMachine):
         self.runs = [self.q.new_run() for _ in range(3)]
         self.held = {r: set() for r in self.runs}
         for lane in self.lanes[:2]:
-            batch = self.q.fetch("batch_insert", lane)[0]["id"]
+            batch = self.q.fetch("batch_insert", lane=lane)[0]["id"]
             self.batch_status[batch] = "pending"
 
     def teardown(self):
@@ -273,7 +276,7 @@ class JobMachine(RuleBasedStateMachine):
         if job_id is None:
             return
         j = self.jobs.get(job_id)
-        rows = self.q.fetch("job_cancel", job_id)
+        rows = self.q.fetch("job_cancel", job_id=job_id)
         assert bool(rows) == (j is not None and j.status == "pending")
         if rows:
             j.status, j.holder = "failed", None
@@ -286,7 +289,7 @@ class JobMachine(RuleBasedStateMachine):
         clash = j is not None and j.key is not None and any(
             o.open and o.lane == j.lane and o.key == j.key for o in self.jobs.values())
         try:
-            rows = self.q.fetch("job_retry", job_id)
+            rows = self.q.fetch("job_retry", job_id=job_id)
         except asyncpg.UniqueViolationError:
             assert j is not None and j.status == "failed" and clash
             return
@@ -343,7 +346,7 @@ class JobMachine(RuleBasedStateMachine):
     def prune(self):
         self.q.sql("UPDATE jobs SET finished_at = now() - interval '1 hour' "
                    "WHERE lane = ANY($1) AND status IN ('done', 'failed')", self.lanes)
-        self.q.fetch("prune_finished", 0, 1000)
+        self.q.fetch("prune_finished", retention_hours=0, limit=1000)
         for job_id in [i for i, j in self.jobs.items() if not j.open]:
             del self.jobs[job_id]
 
@@ -450,9 +453,9 @@ async def test_a_lane_with_deferred_work_does_not_shorten_a_claim(pool):
     busy, quiet = await f.campaign(pool, owner), await f.campaign(pool, owner)
     run = await f.run(pool)
     for _ in range(3):  # `busy` has been served three times
-        await pool.fetch(query("enqueue"), "a", {}, None, busy, None, None, None)
+        await enqueue(pool, NewJob("a", lane=busy))
     assert len(await claim(pool, f.lease("a", LEASE, 3), run, 3)) == 3
     for lane, run_after in ((quiet, None), (quiet, now() + timedelta(hours=1)), (busy, None)):
-        await pool.fetch(query("enqueue"), "a", {}, None, lane, run_after, None, None)
+        await enqueue(pool, NewJob("a", lane=lane, run_after=run_after))
     claimed = await claim(pool, f.lease("a", LEASE, 3), run, 2)
     assert len(claimed) == 2

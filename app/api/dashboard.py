@@ -27,7 +27,7 @@ from app.engine import lanes as lanes_engine
 from app.engine import queue_stats
 from app.engine import runs as run_log
 from app.engine import stages as stages_engine
-from app.engine.queries import query
+from app.engine.queries import statement
 from app.json_values import iso
 from app.runtime import handled_types, run_json
 
@@ -102,7 +102,7 @@ async def stats(request: Request) -> JSONResponse:
     room = store.SYSTEM_ROOM if actor.is_admin else f"account:{actor.user_id}"
     head = await store.room_head(db, room)
     own_lanes = not actor.is_admin  # a tenant's rows come lane by lane from its own lanes
-    queue, totals = _queue_json(await db.fetch(query("dashboard_queue"), own_lanes))
+    queue, totals = _queue_json(await db.fetch(*statement("dashboard_queue").bind(own_lanes=own_lanes)))
     lanes = [{"lane": str(r["lane"]), "pending": r["pending"], "running": r["running"],
               "priority": r["priority"], "paused": r["paused"],
               "owner": str(r["owner_id"]) if r["owner_id"] else None}
@@ -112,15 +112,17 @@ async def stats(request: Request) -> JSONResponse:
     chart = [{"run": str(r["id"]), "startedAt": iso(r["started_at"]), "done": r["jobs_done"],
               "failed": r["jobs_failed"], "retried": r["jobs_retried"], "deferred": r["jobs_deferred"],
               "stopReason": r["stop_reason"]}
-             for r in reversed(await db.fetch(query("dashboard_runs_chart"), CHART_RUNS))]
+             for r in reversed(await db.fetch(*statement("dashboard_runs_chart").bind(limit=CHART_RUNS)))]
     trouble = [{"id": str(r["id"]), "type": r["type"], "status": r["status"], "attempts": r["attempts"],
                 "lastError": r["last_error"], "runAfter": iso(r["run_after"]),
                 "finishedAt": iso(r["finished_at"]), "lane": str(r["lane"])}
-               for r in await db.fetch(query("dashboard_trouble"), FAILED_SHOWN, own_lanes)]
+               for r in await db.fetch(*statement("dashboard_trouble").bind(limit=FAILED_SHOWN,
+                                                                            own_lanes=own_lanes))]
     batches = [{"id": str(r["id"]), "status": r["status"], "createdAt": iso(r["created_at"]),
                 "finishedAt": iso(r["finished_at"]), "jobs": r["jobs"], "done": r["done"], "failed": r["failed"],
                 "total": r["total"], "progress": r["progress"]}
-               for r in await db.fetch(query("dashboard_batches"), BATCHES_SHOWN, own_lanes)]
+               for r in await db.fetch(*statement("dashboard_batches").bind(limit=BATCHES_SHOWN,
+                                                                            own_lanes=own_lanes))]
     panels: list[dict[str, Any]] = []
     for plugin in runtime.plugins:
         if plugin.dashboard is not None:

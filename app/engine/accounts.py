@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app.engine.queries import query
+from app.engine.queries import statement
 from app.engine.tenancy import Actor, KeyProof
 
 KEY_SHAPE = re.compile(r"^(slk_[0-9a-f]{8})_[A-Za-z0-9_-]{32,64}$")
@@ -53,21 +53,22 @@ def make_key() -> tuple[str, str]:
 async def add_user(conn, email: str) -> uuid.UUID:
     """Create the user (or find them). Call inside an actor's transaction. (Plans and the
     like are a plug-in's: the example keeps them in its own subscriptions table.)"""
-    row = await conn.fetchrow(query("user_ensure"), email)
+    row = await conn.fetchrow(*statement("user_ensure").bind(email=email))
     return row["id"]
 
 
 async def create_key(conn, email: str, admin: bool = False) -> NewKey:
-    user = await conn.fetchrow(query("user_by_email"), email)
+    user = await conn.fetchrow(*statement("user_by_email").bind(email=email))
     if user is None:
         raise AccountError(f"no user {email}; add one first: skiplock user add {email}")
     key, prefix = make_key()
-    await conn.fetchrow(query("api_key_insert"), user["id"], prefix, digest(key), admin)
+    await conn.fetchrow(*statement("api_key_insert").bind(user_id=user["id"], prefix=prefix,
+                                                          digest=digest(key), admin=admin))
     return NewKey(key, prefix, admin)
 
 
 async def revoke_key(conn, prefix: str) -> bool:
-    return await conn.fetchval(query("api_key_revoke"), prefix) is not None
+    return await conn.fetchval(*statement("api_key_revoke").bind(prefix=prefix)) is not None
 
 
 async def authenticate(db, key: str) -> Actor | None:
@@ -75,7 +76,7 @@ async def authenticate(db, key: str) -> Actor | None:
     shape = KEY_SHAPE.match(key or "")
     if shape is None:
         return None
-    row: asyncpg.Record | None = await db.fetchrow(query("api_key_lookup"), shape.group(1))
+    row: asyncpg.Record | None = await db.fetchrow(*statement("api_key_lookup").bind(prefix=shape.group(1)))
     presented = digest(key)
     if row is None or not hmac.compare_digest(row["hash"], presented):
         return None

@@ -10,7 +10,7 @@ from typing import Any
 import asyncpg
 
 from app.engine.jobs import Job, NewJob, enqueue_many_rows
-from app.engine.queries import query
+from app.engine.queries import statement
 
 
 class LaneNotFound(Exception):
@@ -41,15 +41,15 @@ async def create_batch(pool, lane: uuid.UUID, requests: list[BatchRequest]) -> B
     for r in requests:
         by_type.setdefault(r.type, r)  # one job per type: the first asked wins
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(query("lane_lock"), lane)
-        if await conn.fetchval(query("lane_visible"), lane) is None:
+        await conn.execute(*statement("lane_lock").bind(lane=lane))
+        if await conn.fetchval(*statement("lane_visible").bind(lane=lane)) is None:
             raise LaneNotFound(lane)
-        open_rows = await conn.fetch(query("open_jobs_of_types"), lane, list(by_type))
+        open_rows = await conn.fetch(*statement("open_jobs_of_types").bind(lane=lane, types=list(by_type)))
         skipped = {r["type"]: r["id"] for r in open_rows}
         wanted = [r for t, r in by_type.items() if t not in skipped]
         if not wanted:
             return BatchOutcome(None, {}, skipped)
-        batch_id = await conn.fetchval(query("batch_insert"), lane)
+        batch_id = await conn.fetchval(*statement("batch_insert").bind(lane=lane))
         rows = await enqueue_many_rows(conn, [
             NewJob(type=r.type, payload=r.payload, lane=lane, batch_id=batch_id,
                    total=r.total) for r in wanted])
@@ -57,26 +57,27 @@ async def create_batch(pool, lane: uuid.UUID, requests: list[BatchRequest]) -> B
 
 
 async def get_batch(db, batch_id: uuid.UUID) -> asyncpg.Record | None:
-    return await db.fetchrow(query("batch_get"), batch_id)
+    return await db.fetchrow(*statement("batch_get").bind(batch_id=batch_id))
 
 
 async def batch_jobs(db, batch_id: uuid.UUID) -> list[asyncpg.Record]:
-    return await db.fetch(query("batch_jobs"), batch_id)
+    return await db.fetch(*statement("batch_jobs").bind(batch_id=batch_id))
 
 
 async def cancel_batch(conn, batch_id: uuid.UUID) -> tuple[bool, list[Job]]:
     """(whether an open batch was cancelled, the unstarted jobs it took down). One
     statement; the stages' cancelled hooks are app.pipeline.outcomes.cancel_batch's."""
-    rows = await conn.fetch(query("batch_cancel"), batch_id)
+    rows = await conn.fetch(*statement("batch_cancel").bind(batch_id=batch_id))
     return rows[0]["cancelled"], [Job.from_row(r) for r in rows if r["id"] is not None]
 
 
 async def reconcile(db) -> list[asyncpg.Record]:
     """Move open batches to the status their children say; returns the batches changed
     (`finished` is true for those that reached a final status just now)."""
-    return await db.fetch(query("reconcile_batches"))
+    return await db.fetch(*statement("reconcile_batches").bind())
 
 
 async def report_progress(db, run_id: uuid.UUID, job_id: uuid.UUID, progress: int,
                           total: int | None = None) -> None:
-    await db.execute(query("job_progress"), job_id, progress, total, run_id)
+    await db.execute(*statement("job_progress").bind(job_id=job_id, progress=progress, total=total,
+                                                     run_id=run_id))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.engine.queries import query
+from app.engine.queries import statement
 from app.whole_numbers import whole_number
 
 SYSTEM_ROOM = "system"
@@ -87,7 +87,8 @@ async def read_after(db, room: str, after: int, window: int, limit: int) -> Page
     to tell the two apart). What the pipeline parked is numbered first, so a reader
     polling a lane sees its settled counts now, not at the run's next heartbeat."""
     await number_settled(db)
-    rows = await db.fetch(query("events_after"), room, after, window, limit)
+    rows = await db.fetch(*statement("events_after").bind(room=room, after=after, window=window,
+                                                          limit=limit))
     head = rows[0]["head_seq"] if rows else 0
     oldest = oldest_replayable(head, window)
     missed = (after < oldest - 1) if head else False
@@ -102,7 +103,7 @@ async def number_settled(db) -> int:
     """One numbering pass over the settled counts the pipeline parked (migration 0032):
     one 'jobs.settled' per lane and type, one 'batch.progress' per batch; how many events
     it wrote."""
-    return await db.fetchval(query("events_number_settled"))
+    return await db.fetchval(*statement("events_number_settled").bind())
 
 
 async def read_between(db, ranges: list[tuple[str, int, int]], limit: int) -> dict[str, list[Event]]:
@@ -111,7 +112,8 @@ async def read_between(db, ranges: list[tuple[str, int, int]], limit: int) -> di
     if not ranges:
         return {}
     rooms, firsts, lasts = (list(column) for column in zip(*ranges))
-    rows = await db.fetch(query("events_between"), rooms, firsts, lasts, limit)
+    rows = await db.fetch(*statement("events_between").bind(rooms=rooms, firsts=firsts, lasts=lasts,
+                                                            limit=limit))
     out: dict[str, list[Event]] = {}
     for r in rows:
         out.setdefault(r["room"], []).append(Event(r["room"], r["seq"], r["type"], r["data"], r["at"]))
@@ -120,12 +122,12 @@ async def read_between(db, ranges: list[tuple[str, int, int]], limit: int) -> di
 
 async def room_readable(db, room: str) -> bool:
     """Whether the transaction's tenant may read `room` (an admin: any)."""
-    return bool(await db.fetchval(query("event_room_readable"), room))
+    return bool(await db.fetchval(*statement("event_room_readable").bind(room=room)))
 
 
 async def prune(db, window: int, batch: int) -> int:
     """Delete up to `batch` events past the replay window; how many went."""
-    status = await db.execute(query("events_prune"), window, batch)
+    status = await db.execute(*statement("events_prune").bind(window=window, limit=batch))
     return int(status.split()[-1])
 
 
@@ -143,4 +145,4 @@ def parse_notice(payload: str) -> list[tuple[str, int, int]]:
 
 async def room_head(db, room: str) -> int:
     """The room's last seq (0: none yet)."""
-    return await db.fetchval(query("event_room_head"), room)
+    return await db.fetchval(*statement("event_room_head").bind(room=room))

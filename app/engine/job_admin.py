@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.engine.jobs import DEFAULT_LANE
-from app.engine.queries import query
+from app.engine.queries import statement
 
 
 @dataclass(frozen=True)
@@ -28,27 +28,28 @@ async def list_jobs(db, where: JobFilter, after: uuid.UUID | None, limit: int, *
     same rows; the cost then grows with the caller's jobs, not every tenant's). A filter
     on one lane (but the all-zero lane, which the lane index leaves out) reads that lane
     the same way, for anyone."""
-    args = (where.status, where.type, where.lane, where.batch_id, after, limit)
+    page = dict(status=where.status, type=where.type, lane=where.lane, batch_id=where.batch_id,
+                after=after, limit=limit)
     if own_lanes:
-        return await db.fetch(query("jobs_list_by_lanes"), *args, None)
+        return await db.fetch(*statement("jobs_list_by_lanes").bind(**page, lanes=None))
     if where.lane is not None and where.lane != DEFAULT_LANE:
-        return await db.fetch(query("jobs_list_by_lanes"), *args, [where.lane])
-    return await db.fetch(query("jobs_list"), *args)
+        return await db.fetch(*statement("jobs_list_by_lanes").bind(**page, lanes=[where.lane]))
+    return await db.fetch(*statement("jobs_list").bind(**page))
 
 
 async def get_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
-    return await db.fetchrow(query("job_get"), job_id)
+    return await db.fetchrow(*statement("job_get").bind(job_id=job_id))
 
 
 async def open_job_by_dedupe_key(db, dedupe_key: str, lane: uuid.UUID | None) -> asyncpg.Record | None:
     """Dedupe keys are unique per lane (None: the default lane)."""
-    return await db.fetchrow(query("job_open_by_dedupe"), dedupe_key, lane)
+    return await db.fetchrow(*statement("job_open_by_dedupe").bind(dedupe_key=dedupe_key, lane=lane))
 
 
 async def cancel_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
     """The job, now failed as cancelled; None when it was not pending (or does not exist).
     One statement: the ending, with the stage's hook, is app.pipeline.outcomes.cancel_job."""
-    return await db.fetchrow(query("job_cancel"), job_id)
+    return await db.fetchrow(*statement("job_cancel").bind(job_id=job_id))
 
 
 class DedupeKeyTaken(Exception):
@@ -61,20 +62,20 @@ async def retry_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
     try:
         # its own (sub)transaction: a refused retry must not spoil the caller's transaction
         async with db.acquire() as conn, conn.transaction():
-            return await conn.fetchrow(query("job_retry"), job_id)
+            return await conn.fetchrow(*statement("job_retry").bind(job_id=job_id))
     except asyncpg.UniqueViolationError:
         raise DedupeKeyTaken(job_id) from None
 
 
 async def waiting_in_own_lanes(db) -> int:
     """Jobs waiting (pending) in the lanes the caller owns, from the lane counters."""
-    return await db.fetchval(query("tenant_waiting_jobs"))
+    return await db.fetchval(*statement("tenant_waiting_jobs").bind())
 
 
 async def visible_lane(db, lane: uuid.UUID) -> uuid.UUID | None:
     """The lane's id if it exists and the caller can see it (under row-level security: a
     tenant, its own lanes; an admin, every lane)."""
-    return await db.fetchval(query("lane_visible"), lane)
+    return await db.fetchval(*statement("lane_visible").bind(lane=lane))
 
 
 async def retry_failed_jobs(db, *, type_: str | None = None, within_seconds: float | None = None,
@@ -82,4 +83,5 @@ async def retry_failed_jobs(db, *, type_: str | None = None, within_seconds: flo
     """Every failed job (of `type_`, finished in the last `within_seconds`; cancelled ones
     only when asked) back to pending in one statement: (id, type) of each. Jobs whose
     dedupe key an open job holds stay failed."""
-    return await db.fetch(query("jobs_retry_failed"), type_, within_seconds, cancelled)
+    return await db.fetch(*statement("jobs_retry_failed").bind(type=type_, within_seconds=within_seconds,
+                                                               cancelled=cancelled))

@@ -10,7 +10,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import asyncpg
 
 from app.engine.db import retry_deadlock
-from app.engine.queries import query
+from app.engine.queries import statement
 
 # The lane of work nobody owns (maintenance, notifications, a job enqueued without one).
 DEFAULT_LANE = uuid.UUID(int=0)
@@ -37,7 +37,7 @@ class Job:
 
 _JOB_FIELDS = ("id", "type", "payload", "attempts", "lane", "run_id", "batch_id", "dedupe_key",
                "created_at")
-_N_JOB_FIELDS = len(_JOB_FIELDS)
+_CLAIM = statement("claim")  # the hot path: translated once, here
 
 
 @dataclass
@@ -62,8 +62,9 @@ class Lease:
 
 async def enqueue(db, job: NewJob) -> uuid.UUID | None:
     """Insert one job; None when an open job with the same dedupe key exists."""
-    return await db.fetchval(query("enqueue"), job.type, job.payload, job.dedupe_key,
-                             job.lane, job.run_after, job.batch_id, job.total)
+    return await db.fetchval(*statement("enqueue").bind(
+        type=job.type, payload=job.payload, dedupe_key=job.dedupe_key, lane=job.lane,
+        run_after=job.run_after, batch_id=job.batch_id, total=job.total))
 
 
 async def enqueue_many(db, jobs: Sequence[NewJob]) -> list[uuid.UUID]:
@@ -74,10 +75,11 @@ async def enqueue_many(db, jobs: Sequence[NewJob]) -> list[uuid.UUID]:
 async def enqueue_many_rows(db, jobs: Sequence[NewJob]) -> list[asyncpg.Record]:
     """Like enqueue_many, returning (id, type) of each inserted job."""
     return await db.fetch(
-        query("enqueue_many"),
-        [j.type for j in jobs], [j.payload for j in jobs], [j.dedupe_key for j in jobs],
-        [j.lane for j in jobs], [j.run_after for j in jobs], [j.batch_id for j in jobs],
-        [j.total for j in jobs])
+        *statement("enqueue_many").bind(
+            types=[j.type for j in jobs], payloads=[j.payload for j in jobs],
+            dedupe_keys=[j.dedupe_key for j in jobs], lanes=[j.lane for j in jobs],
+            run_afters=[j.run_after for j in jobs], batch_ids=[j.batch_id for j in jobs],
+            totals=[j.total for j in jobs]))
 
 
 async def claim(db, lease: Lease, run_id: uuid.UUID, limit: int) -> list[Job]:
@@ -107,12 +109,12 @@ async def finish_and_claim(db, lease: Lease, run_id: uuid.UUID, limit: int,
     as claim() does (limit 0: claim nothing). One round trip for a batch's endings and
     the next batch."""
     back = hand_back or {}
-    args = (query("claim"), lease.type, limit, run_id, float(lease.lease_seconds), lease.max_attempts,
-            done, list(back), list(back.values()))
+    args = _CLAIM.bind(type=lease.type, limit=limit, run_id=run_id, lease_seconds=float(lease.lease_seconds),
+                       max_attempts=lease.max_attempts, done=done, hand_back=list(back),
+                       hand_back_until=list(back.values()))
     rows = await retry_deadlock(db, lambda: db.fetch(*args))
     first = rows[0]
-    # the claim's columns come in Job's field order, then the two counts
-    claimed = [Job(*r[:_N_JOB_FIELDS]) for r in rows] if first[0] is not None else []
+    claimed = [Job.from_row(r) for r in rows] if first["id"] is not None else []
     return FinishedAndClaimed(done=first["done"], handed_back=first["handed_back"], claimed=claimed)
 
 
@@ -121,7 +123,7 @@ async def complete(db, run_id: uuid.UUID, ids: Iterable[uuid.UUID]) -> list[uuid
     ids = list(ids)
     if not ids:
         return []
-    return [r["id"] for r in await db.fetch(query("complete"), ids, run_id)]
+    return [r["id"] for r in await db.fetch(*statement("complete").bind(ids=ids, run_id=run_id))]
 
 
 async def defer(db, run_id: uuid.UUID, until: dict[uuid.UUID, datetime]) -> list[uuid.UUID]:
@@ -129,7 +131,7 @@ async def defer(db, run_id: uuid.UUID, until: dict[uuid.UUID, datetime]) -> list
     if not until:
         return []
     ids = list(until)
-    rows = await db.fetch(query("defer"), ids, [until[i] for i in ids], run_id)
+    rows = await db.fetch(*statement("defer").bind(ids=ids, until=[until[i] for i in ids], run_id=run_id))
     return [r["id"] for r in rows]
 
 
@@ -138,29 +140,32 @@ async def fail(db, run_id: uuid.UUID, job_id: uuid.UUID, error: str,
     """Record a failed attempt; the row says 'pending' (retry) or 'failed' (gave up).
 
     None when this run no longer holds the job."""
-    return await db.fetchrow(query("fail"), job_id, run_id, error, max_attempts)
+    return await db.fetchrow(*statement("fail").bind(job_id=job_id, run_id=run_id, error=error,
+                                                     max_attempts=max_attempts))
 
 
 async def stuck_candidates(db, lease: Lease) -> list[uuid.UUID]:
-    rows = await db.fetch(query("stuck_candidates"), lease.type, float(lease.lease_seconds),
-                          lease.max_attempts)
+    rows = await db.fetch(*statement("stuck_candidates").bind(type=lease.type,
+                                                              lease_seconds=float(lease.lease_seconds),
+                                                              max_attempts=lease.max_attempts))
     return [r["id"] for r in rows]
 
 
 async def fail_stuck(db, lease: Lease, job_id: uuid.UUID) -> Job | None:
     """Fail one job stuck on its last attempt; None if someone else already did."""
-    row = await db.fetchrow(query("fail_stuck"), job_id, lease.type, float(lease.lease_seconds),
-                            lease.max_attempts)
+    row = await db.fetchrow(*statement("fail_stuck").bind(job_id=job_id, type=lease.type,
+                                                          lease_seconds=float(lease.lease_seconds),
+                                                          max_attempts=lease.max_attempts))
     return Job.from_row(row) if row else None
 
 
 async def expire_served(db) -> None:
-    await db.execute(query("expire_served"))
+    await db.execute(*statement("expire_served").bind())
 
 
 async def gather_statistics_if_missing(db) -> bool:
     """ANALYZE jobs if it has rows and no statistics yet; True if it did."""
-    if not await db.fetchval(query("jobs_statistics_missing")):
+    if not await db.fetchval(*statement("jobs_statistics_missing").bind()):
         return False
-    await db.execute(query("jobs_analyze"))
+    await db.execute(*statement("jobs_analyze").bind())
     return True

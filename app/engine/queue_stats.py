@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from app.engine.queries import query
+from app.engine.queries import statement
 
 # The run-duration histogram's bounds, in seconds: a run lasts from a moment (no work) to
 # its budget (220 s). The totals are bucketed by the database's run_duration_bounds()
@@ -18,7 +18,7 @@ DURATION_BOUNDS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 180.0, 240.0, 300.0)
 async def queue_depth(db) -> list[dict]:
     """Per job type: pending, paused (of those pending), running, oldest_ready_seconds
     (None when nothing is ready)."""
-    return [dict(r) for r in await db.fetch(query("metrics_queue"))]
+    return [dict(r) for r in await db.fetch(*statement("metrics_queue").bind())]
 
 
 @dataclass
@@ -46,7 +46,7 @@ async def run_totals(db) -> list[RunTotals]:
     """From the running totals (a few dozen rows, however many runs there are)."""
     n = len(DURATION_BOUNDS)
     totals: dict[tuple[str, str], RunTotals] = {}
-    for r in await db.fetch(query("metrics_runs")):
+    for r in await db.fetch(*statement("metrics_runs").bind()):
         t = totals.setdefault((r["trigger"], r["stop_reason"]), RunTotals(r["trigger"], r["stop_reason"]))
         t.runs += r["runs"]
         t.seconds += r["seconds"]
@@ -58,7 +58,7 @@ async def run_totals(db) -> list[RunTotals]:
 
 async def open_runs(db) -> dict[str, int]:
     """Runs not finished yet, per trigger."""
-    return {r["trigger"]: r["runs"] for r in await db.fetch(query("metrics_runs_open"))}
+    return {r["trigger"]: r["runs"] for r in await db.fetch(*statement("metrics_runs_open").bind())}
 
 
 async def endings_by_type(db, within_seconds: float | None = None) -> list[dict]:
@@ -66,19 +66,21 @@ async def endings_by_type(db, within_seconds: float | None = None) -> list[dict]
     summaries: of every run (the running totals), or of those started in the last
     `within_seconds` (summed from those runs)."""
     if within_seconds is None:
-        return [dict(r) for r in await db.fetch(query("metrics_jobs_by_type"))]
-    return [dict(r) for r in await db.fetch(query("metrics_jobs_by_type_recent"), float(within_seconds))]
+        return [dict(r) for r in await db.fetch(*statement("metrics_jobs_by_type").bind())]
+    recent = statement("metrics_jobs_by_type_recent").bind(within_seconds=float(within_seconds))
+    return [dict(r) for r in await db.fetch(*recent)]
 
 
 async def last_periodic_ticks(db, types: list[str]) -> dict[str, float]:
     """Seconds since each of these periodic stages was last enqueued (absent: never)."""
-    return {r["type"]: r["seconds_ago"] for r in await db.fetch(query("status_periodic"), types)}
+    rows = await db.fetch(*statement("status_periodic").bind(types=types))
+    return {r["type"]: r["seconds_ago"] for r in rows}
 
 
 async def last_maintenance_tick(db) -> float | None:
     """Seconds since any deployment last enqueued the recurring maintenance; None when
     none ever did (each task's newest tick is kept)."""
-    return await db.fetchval(query("status_maintenance"))
+    return await db.fetchval(*statement("status_maintenance").bind())
 
 
 # The queue's own tables, whose row versions /metrics, `skiplock status` and the
@@ -98,12 +100,13 @@ async def horizon_holders(db, limit: int = HORIZON_HOLDERS) -> list[dict]:
     """What holds back the xmin horizon (sessions, prepared transactions, replication
     slots), oldest first: kind, pid, name, role, database, state, query, seconds (None:
     unknown), xid_age."""
-    return [dict(r) for r in await db.fetch(query("horizon_holders"), limit)]
+    return [dict(r) for r in await db.fetch(*statement("horizon_holders").bind(limit=limit))]
 
 
 async def queue_tables(db) -> list[dict]:
     """Per queue table that exists: table_name, live, dead, autovacuum_seconds_ago."""
-    return [dict(r) for r in await db.fetch(query("queue_tables_vacuum"), list(QUEUE_TABLES))]
+    rows = await db.fetch(*statement("queue_tables_vacuum").bind(tables=list(QUEUE_TABLES)))
+    return [dict(r) for r in rows]
 
 
 def holder_words(h: dict) -> str:

@@ -16,7 +16,7 @@ from typing import AsyncIterator
 
 import asyncpg
 
-from app.engine.queries import query
+from app.engine.queries import statement
 
 ACTOR_KINDS = ("user", "admin", "system", "pipeline")
 
@@ -51,12 +51,12 @@ SYSTEM = Actor("system", "app")
 
 async def act_as(conn: asyncpg.Connection, actor: Actor) -> None:
     """Inside a transaction: name the actor for what follows (as the connection's own role)."""
-    await conn.execute(query("act_as"), actor.kind, actor.id)
+    await conn.execute(*statement("act_as").bind(actor_kind=actor.kind, actor_id=actor.id))
 
 
 async def act_as_default(conn: asyncpg.Connection, actor: Actor = SYSTEM) -> None:
     """Inside a transaction: name `actor` unless someone already is named."""
-    await conn.execute(query("act_as_default"), actor.kind, actor.id)
+    await conn.execute(*statement("act_as_default").bind(actor_kind=actor.kind, actor_id=actor.id))
 
 
 async def enter_tenant(conn: asyncpg.Connection, actor: Actor, *,
@@ -70,8 +70,10 @@ async def enter_tenant(conn: asyncpg.Connection, actor: Actor, *,
                          "(app.engine.accounts.authenticate makes one)")
     if statement_timeout_ms is not None and statement_timeout_ms < 1:
         raise ValueError("statement_timeout_ms must be at least 1 (None: keep the one in force)")
-    await conn.execute(query("act_as_tenant"), actor.kind, actor.id, actor.key.prefix, actor.key.digest,
-                       None if statement_timeout_ms is None else str(statement_timeout_ms))
+    timeout = None if statement_timeout_ms is None else str(statement_timeout_ms)
+    await conn.execute(*statement("act_as_tenant").bind(
+        actor_kind=actor.kind, actor_id=actor.id, key_prefix=actor.key.prefix,
+        key_digest=actor.key.digest, statement_timeout_ms=timeout))
 
 
 @asynccontextmanager

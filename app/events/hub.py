@@ -32,7 +32,7 @@ import asyncpg
 
 from app.engine import events as store
 from app.engine.events import Event
-from app.engine.queries import query
+from app.engine.queries import statement
 
 log = logging.getLogger("skiplock.events")
 
@@ -133,7 +133,7 @@ class EventHub:
         NOTIFY (migration 0021, event_watch)."""
         async with self._conn_lock:
             if self._conn is not None and not self._conn.is_closed():
-                await self._conn.execute(query(name), room)
+                await self._conn.execute(*statement(name).bind(room=room))
 
     def _on_notify(self, conn, pid, channel, payload) -> None:
         try:
@@ -153,9 +153,9 @@ class EventHub:
         await conn.add_listener(store.NOTIFY_CHANNEL, self._on_notify)
         async with self._conn_lock:
             self._conn = conn
-            await conn.execute(query("event_watch_forget_gone"))
+            await conn.execute(*statement("event_watch_forget_gone").bind())
             for room in list(self._rooms):  # after a reconnect: the rooms followed already
-                await conn.execute(query("event_watch_add"), room)
+                await conn.execute(*statement("event_watch_add").bind(room=room))
         self.listening.set()
 
     def _on_lost(self, conn) -> None:

@@ -8,7 +8,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from app.engine.queries import query as queue_query  # users are the queue's
+from app.engine.queries import statement as queue_statement  # users are the queue's
 from app.outreach.sql import query
 from app.outreach.plans import DEFAULT_PLAN, OWNERLESS_PLAN
 
@@ -27,7 +27,7 @@ class PlanConflict(Exception):
 async def ensure_owner(conn, email: str, plan: str | None) -> tuple[uuid.UUID, str]:
     """The owner with this e-mail and their plan, created (on `plan`, else the default
     plan) when new. Asking for a plan the owner is not on raises PlanConflict."""
-    row = await _insert_or_read(conn, queue_query("user_ensure"), email)
+    row = await _insert_or_read(conn, *queue_statement("user_ensure").bind(email=email))
     sub = await _insert_or_read(conn, query("subscription_ensure"), row["id"], plan or DEFAULT_PLAN)
     if plan is not None and sub["plan"] != plan:
         raise PlanConflict(email, sub["plan"], plan)

@@ -13,7 +13,7 @@ from typing import Awaitable, Callable
 
 from app.engine import audit, batches, events, idempotency
 from app.engine import jobs as q
-from app.engine.queries import query
+from app.engine.queries import statement
 from app.engine.runs import close_abandoned_runs
 from app.pipeline import notifications, outcomes
 from app.pipeline.stage import Context, Stage
@@ -71,10 +71,11 @@ async def expire_served(pool, stages: list[Stage], ctx: Context) -> int:
 async def prune_finished(pool, stages: list[Stage], ctx: Context) -> int:
     """Delete finished jobs past the retention, a bounded batch per statement."""
     async def one_batch() -> int:
-        status = await pool.execute(query("prune_finished"), ctx.settings.job_retention_hours, PRUNE_BATCH)
+        status = await pool.execute(*statement("prune_finished").bind(
+            retention_hours=ctx.settings.job_retention_hours, limit=PRUNE_BATCH))
         return int(status.split()[-1])
     pruned = await _in_bounded_batches(ctx, one_batch, "pruned")
-    await pool.fetchval(query("prune_bookkeeping"))
+    await pool.fetchval(*statement("prune_bookkeeping").bind())
     return pruned
 
 
@@ -142,8 +143,8 @@ _BY_TASK = {r.task: r for r in RECURRING}
 
 async def schedule_due(pool) -> list[str]:
     """Enqueue the recurring tasks whose current period has not been ticked yet."""
-    rows = await pool.fetch(query("recurring_tick"), [r.task for r in RECURRING],
-                            [float(r.every) for r in RECURRING])
+    rows = await pool.fetch(*statement("recurring_tick").bind(tasks=[r.task for r in RECURRING],
+                                                              intervals=[float(r.every) for r in RECURRING]))
     return [r["task"] for r in rows]
 
 
@@ -153,7 +154,8 @@ async def schedule_periodic(pool, stages: list[Stage]) -> list[str]:
     periodic = [s for s in stages if s.every is not None]
     if not periodic:
         return []
-    rows = await pool.fetch(query("periodic_tick"), [s.type for s in periodic], [s.every for s in periodic])
+    rows = await pool.fetch(*statement("periodic_tick").bind(types=[s.type for s in periodic],
+                                                             periods=[s.every for s in periodic]))
     return [r["type"] for r in rows]
 
 

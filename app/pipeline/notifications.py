@@ -22,7 +22,7 @@ import uuid
 from typing import Any
 
 from app.engine.jobs import Job, NewJob, enqueue
-from app.engine.queries import query
+from app.engine.queries import statement
 from app.pipeline.stage import Context, DeferJob, FailJob, Stage
 from app.retry_after import retry_after
 
@@ -44,7 +44,7 @@ async def _enqueue(db, settings, lane: uuid.UUID, event: str, key: str,
         return None
     # The job is the tenant's to read (its lane): it carries the owner's own URL, never
     # the operator's WEBHOOK_URL (read at delivery; null here), which tenants must not learn.
-    url = await db.fetchval(query("owner_webhook"), lane)
+    url = await db.fetchval(*statement("owner_webhook").bind(lane=lane))
     if not url and not settings.webhook_url:
         return None
     return await enqueue(db, NewJob(type=NOTIFY_TYPE, lane=lane, dedupe_key=f"notify:{event}:{key}",

@@ -4,7 +4,7 @@
 -- whether the batch was open.
 WITH b AS (
     UPDATE batches SET status = 'cancelled', updated_at = now(), finished_at = now()
-    WHERE id = $1 AND status IN ('pending', 'running')
+    WHERE id = :batch_id AND status IN ('pending', 'running')
     RETURNING id
 ), j AS (
     UPDATE jobs

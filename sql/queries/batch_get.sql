@@ -10,5 +10,5 @@ SELECT b.id, b.lane, b.status, b.created_at, b.updated_at, b.finished_at,
                 ELSE coalesce(j.progress, 0) END)::bigint  AS progress
 FROM batches b
 LEFT JOIN jobs j ON j.batch_id = b.id
-WHERE b.id = $1
+WHERE b.id = :batch_id
 GROUP BY b.id

@@ -1,1 +1,1 @@
-INSERT INTO batches (lane) VALUES ($1) RETURNING id
+INSERT INTO batches (lane) VALUES (:lane) RETURNING id

@@ -1,2 +1,2 @@
 SELECT id, type, status, attempts, total, progress, last_error, run_after, created_at, finished_at
-FROM jobs WHERE batch_id = $1 ORDER BY created_at, id
+FROM jobs WHERE batch_id = :batch_id ORDER BY created_at, id

@@ -1,10 +1,10 @@
--- Claim up to $2 jobs of type $1 for run $3, fairly. One statement, one transaction.
--- $4: the stage's lease in seconds, $5: its max attempts.
+-- Claim up to :limit jobs of type :type for run :run_id, fairly. One statement, one transaction.
+-- :lease_seconds: the stage's lease in seconds, :max_attempts: its max attempts.
 --
--- The same statement first writes how run $3's previous batch ended, so the hot loop
--- pays one round trip per batch: $6 the jobs it finished (done), $7 those it hands back
--- (pending again from $8, the attempt the claim counted returned: nothing was tried).
--- Either only touches jobs run $3 still holds. Plain claims pass empty arrays. The
+-- The same statement first writes how run :run_id's previous batch ended, so the hot loop
+-- pays one round trip per batch: :done the jobs it finished (done), :hand_back those it hands back
+-- (pending again from :hand_back_until, the attempt the claim counted returned: nothing was tried).
+-- Either only touches jobs run :run_id still holds. Plain claims pass empty arrays. The
 -- result is one row per claimed job, oldest first, or a single row of NULL job columns
 -- when none was claimed; every row carries how many jobs were marked done and handed back.
 --
@@ -25,13 +25,13 @@
 -- 20 rows per job finished with ten runs at once.
 WITH done AS (
     UPDATE jobs SET status = 'done', finished_at = now()
-    WHERE id = ANY ($6::uuid[]) AND run_id = $3 AND (status || '') = 'running'
+    WHERE id = ANY (:done::uuid[]) AND run_id = :run_id AND (status || '') = 'running'
     RETURNING id
 ), handed_back AS (
     UPDATE jobs j
     SET status = 'pending', locked_at = NULL, run_after = d.until, attempts = greatest(j.attempts - 1, 0)
-    FROM unnest($7::uuid[], $8::timestamptz[]) AS d(id, until)
-    WHERE j.id = d.id AND j.run_id = $3 AND (j.status || '') = 'running'
+    FROM unnest(:hand_back::uuid[], :hand_back_until::timestamptz[]) AS d(id, until)
+    WHERE j.id = d.id AND j.run_id = :run_id AND (j.status || '') = 'running'
     RETURNING j.id
 ), stale AS (
     -- jobs whose holder died: lease expired, attempts left, lane not paused. They
@@ -42,21 +42,21 @@ WITH done AS (
     FROM jobs j
     LEFT JOIN lanes r ON r.id = j.lane
     LEFT JOIN job_lanes l ON l.lane = j.lane AND l.type = j.type
-    WHERE j.type = $1 AND j.status = 'running'
-      AND j.locked_at < now() - make_interval(secs => $4)
-      AND j.attempts < $5
+    WHERE j.type = :type AND j.status = 'running'
+      AND j.locked_at < now() - make_interval(secs => :lease_seconds)
+      AND j.attempts < :max_attempts
       AND NOT coalesce(r.paused, false)
-      AND NOT EXISTS (SELECT 1 FROM paused_stages p WHERE p.type = $1)
+      AND NOT EXISTS (SELECT 1 FROM paused_stages p WHERE p.type = :type)
       -- never this run's own: a run that asks is alive, and a batch of its own that waited
       -- past its lease (prefetched, or held by its other claim stream) is still going to
       -- run. Taken back by the same run, it would run twice, and the writes of one copy,
       -- guarded by the run's id only, would land on the other (a hand-back returning the
       -- attempt the other copy is on).
-      AND j.run_id IS DISTINCT FROM $3
+      AND j.run_id IS DISTINCT FROM :run_id
       -- two writes to one row in one statement: only one would happen
-      AND j.id <> ALL ($6::uuid[]) AND j.id <> ALL ($7::uuid[])
+      AND j.id <> ALL (:done::uuid[]) AND j.id <> ALL (:hand_back::uuid[])
     ORDER BY priority DESC, served, j.created_at
-    LIMIT $2
+    LIMIT :limit
     FOR UPDATE OF j SKIP LOCKED
 ), heads AS (
     -- the first lanes in claim order that have a job ready now and not held by another
@@ -72,11 +72,11 @@ WITH done AS (
     --
     -- The lanes are put in order inside a subquery of their own (`l` below) and probed
     -- outside it, with no ORDER BY over the probes: planned any way at all, the probes run in
-    -- the walk's order and stop at the $2-th lane found free, so a claim locks at most
-    -- $2 heads. Sorted after probing (as a plan without the lane index would), it probed
+    -- the walk's order and stop at the :limit-th lane found free, so a claim locks at most
+    -- :limit heads. Sorted after probing (as a plan without the lane index would), it probed
     -- and locked every lane's head, and a claim beside it found none free. The walk's
     -- bound: a probe that finds a lane held locks nothing, and another claim holds at
-    -- most 2 × $2 jobs, so 40 × $2 lanes leave this claim $2 free ones unless about 20
+    -- most 2 × :limit jobs, so 40 × :limit lanes leave this claim :limit free ones unless about 20
     -- claims of its size overlap on the same lanes; it is also what tells the planner
     -- that a few lanes are read, not all of them.
     SELECT l.lane, l.pending,
@@ -85,30 +85,30 @@ WITH done AS (
                                 WHERE n.type = l.type AND n.lane = l.lane), 0) AS served,
            l.priority, h.created_at AS head_at, h.id AS head_id, l.live_from,
            -- the lane's stale jobs come first in its order: counted once here, not for
-           -- each of the lane's slots below (up to $2 each)
+           -- each of the lane's slots below (up to :limit each)
            (SELECT count(*) FROM stale s WHERE s.lane = l.lane) AS stale_n
     FROM (
         SELECT l.type, l.lane, l.pending, l.served, l.priority,
                coalesce(l.head_at, '-infinity') AS live_from
         FROM job_lanes l
-        WHERE l.type = $1 AND l.pending > 0 AND NOT l.paused AND l.ready_at <= now()
+        WHERE l.type = :type AND l.pending > 0 AND NOT l.paused AND l.ready_at <= now()
           -- nothing of a stage an operator paused (one probe of a table people write)
-          AND NOT EXISTS (SELECT 1 FROM paused_stages p WHERE p.type = $1)
+          AND NOT EXISTS (SELECT 1 FROM paused_stages p WHERE p.type = :type)
         ORDER BY l.priority DESC, l.served, l.head_at
-        LIMIT 40 * $2
+        LIMIT 40 * :limit
     ) l
     CROSS JOIN LATERAL (
         SELECT j.id, j.created_at FROM jobs j
-        WHERE j.status = 'pending' AND j.type = $1 AND j.lane = l.lane AND j.run_after <= now()
+        WHERE j.status = 'pending' AND j.type = :type AND j.lane = l.lane AND j.run_after <= now()
           AND j.created_at >= l.live_from
         ORDER BY j.created_at
         LIMIT 1
         FOR UPDATE SKIP LOCKED
     ) h
-    LIMIT $2
+    LIMIT :limit
 ), last_first AS (
     -- the last of the heads' first slots in claim order: the lowest priority among them,
-    -- and the heaviest first slot at that priority. When $2 lanes have a head, the $2
+    -- and the heaviest first slot at that priority. When :limit lanes have a head, the :limit
     -- first slots already fill the claim up to it, so no slot that sorts after it can
     -- win: a lane at that priority needs only the slots as light as it (a mixed claim of
     -- 25 generates about 40 slots, not 600).
@@ -117,7 +117,7 @@ WITH done AS (
     FROM heads
 ), slots AS (
     -- every claimable job weighs its lane's served + k, k its place in the lane (a
-    -- lane's stale jobs first); the lightest $2 win, ties to the oldest job
+    -- lane's stale jobs first); the lightest :limit win, ties to the oldest job
     SELECT s.lane, s.id, s.priority,
            s.served + row_number() OVER (PARTITION BY s.lane ORDER BY s.created_at) AS weight,
            s.created_at AS at
@@ -128,11 +128,11 @@ WITH done AS (
            h.head_at
     FROM heads h
     CROSS JOIN last_first f
-    CROSS JOIN LATERAL generate_series(1, CASE WHEN f.lanes < $2 OR h.priority > f.priority
-                                               THEN least(h.pending, $2)
-                                               ELSE least(h.pending, $2, f.weight - h.served - h.stale_n) END) AS k
+    CROSS JOIN LATERAL generate_series(1, CASE WHEN f.lanes < :limit OR h.priority > f.priority
+                                               THEN least(h.pending, :limit)
+                                               ELSE least(h.pending, :limit, f.weight - h.served - h.stale_n) END) AS k
     ORDER BY priority DESC, weight, at
-    LIMIT $2
+    LIMIT :limit
 ), quota AS (
     SELECT s.lane, count(*) AS n, min(h.live_from) AS live_from
     FROM slots s JOIN heads h ON h.lane = s.lane
@@ -148,7 +148,7 @@ WITH done AS (
     FROM quota q
     CROSS JOIN LATERAL (
         SELECT j.id FROM jobs j
-        WHERE j.status = 'pending' AND j.type = $1 AND j.lane = q.lane AND j.run_after <= now()
+        WHERE j.status = 'pending' AND j.type = :type AND j.lane = q.lane AND j.run_after <= now()
           AND j.created_at >= q.live_from
         ORDER BY j.created_at
         LIMIT q.n
@@ -175,23 +175,23 @@ WITH done AS (
         FROM (SELECT h.lane, h.live_from FROM heads h ORDER BY h.priority DESC, h.served, h.head_at) h
         CROSS JOIN LATERAL (
             SELECT j.id FROM jobs j
-            WHERE j.status = 'pending' AND j.type = $1 AND j.lane = h.lane AND j.run_after <= now()
+            WHERE j.status = 'pending' AND j.type = :type AND j.lane = h.lane AND j.run_after <= now()
               AND j.created_at >= h.live_from
               -- this claim's own locks do not make it skip: what it took is left out by id
               AND j.id <> ALL (ARRAY(SELECT id FROM fair))
             ORDER BY j.created_at
-            LIMIT $2
+            LIMIT :limit
             FOR UPDATE SKIP LOCKED
         ) r
     ) x
-    LIMIT greatest($2 - (SELECT count(*) FROM fair_picked), 0)
+    LIMIT greatest(:limit - (SELECT count(*) FROM fair_picked), 0)
 ), picked AS (
     SELECT id FROM fair_picked
     UNION ALL
     SELECT id FROM refill
 ), claimed AS (
     UPDATE jobs
-    SET status = 'running', locked_at = now(), attempts = jobs.attempts + 1, run_id = $3
+    SET status = 'running', locked_at = now(), attempts = jobs.attempts + 1, run_id = :run_id
     -- an id array, not a join: the planner cannot know `picked` is small and would
     -- otherwise hash-join it against the whole table, done history included
     WHERE jobs.id = ANY (ARRAY(SELECT id FROM picked))

@@ -1,33 +1,33 @@
--- The dashboard's batches: open ones first, then the newest, $1 of them, each with its
+-- The dashboard's batches: open ones first, then the newest, :limit of them, each with its
 -- children counted and its progress summed as GET /batches/{id} does.
 --
--- $2: read the caller's own lanes one by one (a tenant: off batches_lane_idx, never
+-- :own_lanes: read the caller's own lanes one by one (a tenant: off batches_lane_idx, never
 -- another tenant's batches) rather than sort every batch and let row-level security drop
 -- the others' (an admin reads them all); the other branch is switched off before it runs.
 SELECT b.id, b.status, b.created_at, b.finished_at, c.jobs, c.done, c.failed, c.total, c.progress
 FROM (
     SELECT id, status, created_at, finished_at FROM (
         (SELECT id, status, created_at, finished_at FROM batches
-         WHERE NOT $2::boolean
+         WHERE NOT :own_lanes::boolean
          ORDER BY status IN ('pending', 'running') DESC, created_at DESC
-         LIMIT $1)
+         LIMIT :limit)
         UNION
         (SELECT o.id, o.status, o.created_at, o.finished_at FROM lanes l
          CROSS JOIN LATERAL (
              (SELECT id, status, created_at, finished_at FROM batches
               WHERE lane = l.id AND status IN ('pending', 'running')
               ORDER BY created_at DESC
-              LIMIT $1)
+              LIMIT :limit)
              UNION ALL
              (SELECT id, status, created_at, finished_at FROM batches
               WHERE lane = l.id
               ORDER BY created_at DESC
-              LIMIT $1)
+              LIMIT :limit)
          ) o
-         WHERE $2)
+         WHERE :own_lanes)
     ) candidates
     ORDER BY status IN ('pending', 'running') DESC, created_at DESC
-    LIMIT $1
+    LIMIT :limit
 ) b
 CROSS JOIN LATERAL (
     SELECT count(*)::int AS jobs,

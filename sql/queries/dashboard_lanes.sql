@@ -1,4 +1,4 @@
--- The $1 lanes with the most open work (pending or running), with their ranking. $2: read
+-- The :limit lanes with the most open work (pending or running), with their ranking. :own_only: read
 -- the caller's own lanes one by one (a tenant: open jobs off jobs_open_dedupe_uq, never
 -- another tenant's) rather than every open job (an admin); the other branch is switched
 -- off before it runs.
@@ -7,7 +7,7 @@ FROM (
     SELECT * FROM (
         SELECT lane, count(*) FILTER (WHERE status = 'pending')::int AS pending,
                count(*) FILTER (WHERE status = 'running')::int AS running
-        FROM jobs WHERE NOT $2::boolean AND status IN ('pending', 'running')
+        FROM jobs WHERE NOT :own_only::boolean AND status IN ('pending', 'running')
         GROUP BY lane
         UNION ALL
         SELECT m.id, o.pending, o.running
@@ -18,10 +18,10 @@ FROM (
             -- the lane's rows: see dashboard_queue.sql for why a one-value range
             FROM jobs WHERE lane >= m.id AND lane <= m.id AND status IN ('pending', 'running')
         ) o
-        WHERE $2 AND o.pending + o.running > 0
+        WHERE :own_only AND o.pending + o.running > 0
     ) busy
     ORDER BY pending + running DESC, lane
-    LIMIT $1
+    LIMIT :limit
 ) j
 LEFT JOIN lanes l ON l.id = j.lane
 ORDER BY j.pending + j.running DESC, j.lane

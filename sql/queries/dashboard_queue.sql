@@ -2,7 +2,7 @@
 -- yet due), running, and the done and failed of the last day, with the age in seconds of
 -- the oldest job that is due and waiting. Row-level security keeps a tenant to its own jobs.
 --
--- Where the rows come from depends on $1, whether the caller reads its own lanes (a
+-- Where the rows come from depends on :own_lanes, whether the caller reads its own lanes (a
 -- tenant) or all of them (an admin); the other branch is switched off before it runs.
 -- All: open jobs off the partial indexes, finished ones off jobs_finished_idx, never a
 -- scan of the whole history. Own lanes: lane by lane from the caller's lanes (row-level
@@ -12,10 +12,10 @@
 -- an unknown lane to match 1/(lanes) of the table, which on a table with few lanes made
 -- a scan of every finished job look cheaper than the lane's index (300,000 read for 13).
 WITH j AS (
-    SELECT type, status, run_after FROM jobs WHERE NOT $1::boolean AND status IN ('pending', 'running')
+    SELECT type, status, run_after FROM jobs WHERE NOT :own_lanes::boolean AND status IN ('pending', 'running')
     UNION ALL
     SELECT type, status, NULL FROM jobs
-    WHERE NOT $1 AND status IN ('done', 'failed') AND finished_at > now() - interval '1 day'
+    WHERE NOT :own_lanes AND status IN ('done', 'failed') AND finished_at > now() - interval '1 day'
     UNION ALL
     SELECT o.type, o.status, o.run_after
     FROM lanes l
@@ -24,7 +24,7 @@ WITH j AS (
         WHERE lane >= l.id AND lane <= l.id AND status IN ('pending', 'running')
         OFFSET 0  -- lane by lane: not flattened into a join against every open job
     ) o
-    WHERE $1
+    WHERE :own_lanes
     UNION ALL
     SELECT f.type, f.status, NULL
     FROM lanes l
@@ -35,7 +35,7 @@ WITH j AS (
           AND status IN ('done', 'failed') AND finished_at > now() - interval '1 day'
         OFFSET 0
     ) f
-    WHERE $1
+    WHERE :own_lanes
 )
 SELECT type,
        count(*) FILTER (WHERE status = 'pending' AND run_after <= now())::int AS ready,

@@ -1,19 +1,19 @@
--- The dashboard's jobs in trouble, at most $1 of each: failed ones, newest first (Retry),
+-- The dashboard's jobs in trouble, at most :limit of each: failed ones, newest first (Retry),
 -- and pending ones whose last attempt failed and that wait out their backoff, soonest
 -- first (Cancel). Row-level security keeps a tenant to its own.
 --
--- $2: read the caller's own lanes one by one (a tenant: off jobs_lane_list_idx and
+-- :own_lanes: read the caller's own lanes one by one (a tenant: off jobs_lane_list_idx and
 -- jobs_open_dedupe_uq, never another tenant's jobs) rather than all jobs (an admin: off
 -- jobs_finished_idx and the open jobs); the other branch is switched off before it runs.
 (SELECT id, type, status, attempts, last_error, run_after, finished_at, lane FROM jobs
- WHERE NOT $2::boolean AND status = 'failed'
+ WHERE NOT :own_lanes::boolean AND status = 'failed'
  ORDER BY finished_at DESC NULLS LAST
- LIMIT $1)
+ LIMIT :limit)
 UNION ALL
 (SELECT id, type, status, attempts, last_error, run_after, finished_at, lane FROM jobs
- WHERE NOT $2 AND status = 'pending' AND last_error IS NOT NULL AND attempts > 0  -- not a retry a person asked for
+ WHERE NOT :own_lanes AND status = 'pending' AND last_error IS NOT NULL AND attempts > 0  -- not a retry a person asked for
  ORDER BY run_after
- LIMIT $1)
+ LIMIT :limit)
 UNION ALL
 (SELECT f.* FROM lanes l
  CROSS JOIN LATERAL (
@@ -22,19 +22,19 @@ UNION ALL
      WHERE lane >= l.id AND lane <= l.id
        AND lane <> '00000000-0000-0000-0000-000000000000' AND status = 'failed'
      ORDER BY lane, finished_at DESC NULLS LAST  -- the lane, so jobs_finished_idx cannot serve it
-     LIMIT $1
+     LIMIT :limit
  ) f
- WHERE $2
+ WHERE :own_lanes
  ORDER BY f.finished_at DESC NULLS LAST
- LIMIT $1)
+ LIMIT :limit)
 UNION ALL
 (SELECT p.* FROM lanes l
  CROSS JOIN LATERAL (
      SELECT id, type, status, attempts, last_error, run_after, finished_at, lane FROM jobs
      WHERE lane >= l.id AND lane <= l.id AND status = 'pending' AND last_error IS NOT NULL AND attempts > 0
      ORDER BY run_after
-     LIMIT $1
+     LIMIT :limit
  ) p
- WHERE $2
+ WHERE :own_lanes
  ORDER BY p.run_after
- LIMIT $1)
+ LIMIT :limit)

@@ -5,7 +5,7 @@ INSERT INTO jobs (type, payload, dedupe_key, lane, run_after, batch_id, total)
 SELECT u.type, coalesce(u.payload, '{}'), u.dedupe_key,
        coalesce(u.lane, '00000000-0000-0000-0000-000000000000'), coalesce(u.run_after, now()),
        u.batch_id, u.total
-FROM unnest($1::text[], $2::jsonb[], $3::text[], $4::uuid[], $5::timestamptz[], $6::uuid[], $7::int[])
+FROM unnest(:types::text[], :payloads::jsonb[], :dedupe_keys::text[], :lanes::uuid[], :run_afters::timestamptz[], :batch_ids::uuid[], :totals::int[])
      AS u(type, payload, dedupe_key, lane, run_after, batch_id, total)
 ON CONFLICT (lane, dedupe_key) WHERE status IN ('pending', 'running') DO NOTHING
 RETURNING id, type

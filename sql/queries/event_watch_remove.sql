@@ -1,2 +1,2 @@
--- This listener no longer follows room $1.
-DELETE FROM event_watch WHERE room = $1 AND listener = pg_backend_pid()
+-- This listener no longer follows room :room.
+DELETE FROM event_watch WHERE room = :room AND listener = pg_backend_pid()

@@ -5,7 +5,7 @@ SET status = 'failed', finished_at = now(), locked_at = NULL,
     last_error = concat_ws(E'\n', last_error, 'lease expired on the last attempt (the process holding it died or hung)'),
     errors = job_errors_with(errors, attempts, 'lease expired on the last attempt (the process holding it died or hung)',
                              run_id)
-WHERE id = $1 AND type = $2 AND status = 'running'
-  AND locked_at < now() - make_interval(secs => $3)
-  AND attempts >= $4
+WHERE id = :job_id AND type = :type AND status = 'running'
+  AND locked_at < now() - make_interval(secs => :lease_seconds)
+  AND attempts >= :max_attempts
 RETURNING id, type, payload, attempts, lane, run_id, batch_id, dedupe_key, created_at

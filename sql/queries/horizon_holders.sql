@@ -1,5 +1,5 @@
 -- What holds back the xmin horizon, before which VACUUM may remove no row version: the
--- $1 oldest holders, oldest first (by how many xids behind they are), across the cluster:
+-- :limit oldest holders, oldest first (by how many xids behind they are), across the cluster:
 --   session: a backend with a snapshot (backend_xmin) in this database, or with an xid
 --     (backend_xid) in any: every snapshot taken here meanwhile starts before that xid.
 --     A physical walsender (no database) has an xmin when its replica sends
@@ -42,4 +42,4 @@ SELECT kind, pid, name, role, database, state, query, seconds, xid_age
 FROM holders
 WHERE xid_age IS NOT NULL
 ORDER BY xid_age DESC, seconds DESC NULLS LAST
-LIMIT $1
+LIMIT :limit

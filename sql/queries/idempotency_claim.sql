@@ -1,6 +1,6 @@
--- Claim Idempotency-Key $1 for this request (claim token $5). The insert that wins is the
+-- Claim Idempotency-Key :key for this request (claim token :token). The insert that wins is the
 -- request that acts; every other one finds the row and waits for, or replays, its answer.
 INSERT INTO idempotency_keys (key, method, path, fingerprint, claim)
-VALUES ($1, $2, $3, $4, $5)
+VALUES (:key, :method, :path, :fingerprint, :token)
 ON CONFLICT (key) DO NOTHING
 RETURNING claim

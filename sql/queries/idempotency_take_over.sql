@@ -1,7 +1,7 @@
--- Take over key $1 for claim $2 when its holder has been in progress longer than $4
--- seconds (it died: no request lives that long) and the request is the same ($3).
+-- Take over key :key for claim :token when its holder has been in progress longer than :older_than_seconds
+-- seconds (it died: no request lives that long) and the request is the same (:fingerprint).
 UPDATE idempotency_keys
-SET claim = $2, claimed_at = now()
-WHERE key = $1 AND status IS NULL AND fingerprint = $3
-  AND claimed_at < now() - make_interval(secs => $4)
+SET claim = :token, claimed_at = now()
+WHERE key = :key AND status IS NULL AND fingerprint = :fingerprint
+  AND claimed_at < now() - make_interval(secs => :older_than_seconds)
 RETURNING claim

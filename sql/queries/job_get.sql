@@ -2,4 +2,4 @@
 SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
        run_id, batch_id, lane, total, progress, created_at, finished_at, errors
 FROM jobs
-WHERE id = $1
+WHERE id = :job_id

@@ -1,3 +1,3 @@
 -- A running job reports how far it got (only while this run holds it).
-UPDATE jobs SET progress = $2, total = coalesce($3, total)
-WHERE id = $1 AND run_id = $4 AND status = 'running'
+UPDATE jobs SET progress = :progress, total = coalesce(:total, total)
+WHERE id = :job_id AND run_id = :run_id AND status = 'running'

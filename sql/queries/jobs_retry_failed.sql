@@ -1,14 +1,14 @@
 -- `skiplock jobs retry --failed`: every failed job back to pending, due now, attempts
--- reset (as job_retry.sql does for one). Optional: $1 only this type, $2 only jobs that
--- finished in the last $2 seconds; $3 cancelled jobs too (by default a cancel stands).
+-- reset (as job_retry.sql does for one). Optional: :type only this type, :within_seconds only jobs that
+-- finished in the last :within_seconds seconds; :cancelled cancelled jobs too (by default a cancel stands).
 -- A job whose dedupe key an open job holds stays failed, and of failed jobs sharing a
 -- key only the newest is retried: the unique index on open keys would refuse the rest.
 WITH failed AS (
     SELECT id, lane, dedupe_key, finished_at FROM jobs
     WHERE status = 'failed'
-      AND ($1::text IS NULL OR type = $1)
-      AND ($2::float8 IS NULL OR finished_at >= now() - make_interval(secs => $2))
-      AND ($3 OR last_error IS DISTINCT FROM 'cancelled')
+      AND (:type::text IS NULL OR type = :type)
+      AND (:within_seconds::float8 IS NULL OR finished_at >= now() - make_interval(secs => :within_seconds))
+      AND (:cancelled OR last_error IS DISTINCT FROM 'cancelled')
     FOR UPDATE SKIP LOCKED
 ), picked AS (
     SELECT DISTINCT ON (f.lane, coalesce(f.dedupe_key, f.id::text)) f.id

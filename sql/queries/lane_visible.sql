@@ -1,3 +1,3 @@
 -- The lane's id if the caller can see it (under row-level security: a tenant, its own;
 -- an admin, any).
-SELECT id FROM lanes WHERE id = $1
+SELECT id FROM lanes WHERE id = :lane

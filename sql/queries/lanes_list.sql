@@ -1,7 +1,7 @@
--- GET /lanes: lanes by id, one keyset page strictly after lane $1 (NULL: from the
--- start), $2 rows. Row-level security shows a tenant its own lanes, an admin every lane.
+-- GET /lanes: lanes by id, one keyset page strictly after lane :after (NULL: from the
+-- start), :limit rows. Row-level security shows a tenant its own lanes, an admin every lane.
 SELECT id, owner_id, priority, paused
 FROM lanes
-WHERE $1::uuid IS NULL OR id > $1
+WHERE :after::uuid IS NULL OR id > :after
 ORDER BY id
-LIMIT $2
+LIMIT :limit

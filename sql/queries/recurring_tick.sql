@@ -1,9 +1,9 @@
--- Enqueue each recurring task whose current period has no tick yet. $1 task names,
--- $2 their intervals in seconds. The tick row decides who enqueues (once per period,
+-- Enqueue each recurring task whose current period has no tick yet. :tasks task names,
+-- :intervals their intervals in seconds. The tick row decides who enqueues (once per period,
 -- however many schedulers run); the open-job dedupe key keeps a slow task from piling up.
 WITH due AS (
     SELECT t.task, to_timestamp(floor(extract(epoch FROM now()) / t.every) * t.every) AS period
-    FROM unnest($1::text[], $2::float8[]) AS t(task, every)
+    FROM unnest(:tasks::text[], :intervals::float8[]) AS t(task, every)
 ), ticked AS (
     INSERT INTO recurring_ticks (task, period)
     SELECT task, period FROM due

@@ -2,4 +2,4 @@
 SELECT id, trigger, stop_reason, jobs_done, jobs_failed, jobs_retried, jobs_deferred, quota_units, summary,
        error, started_at, finished_at
 FROM runs
-WHERE id = $1
+WHERE id = :run_id

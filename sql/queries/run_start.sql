@@ -1,1 +1,1 @@
-INSERT INTO runs (trigger) VALUES ($1) RETURNING id, started_at
+INSERT INTO runs (trigger) VALUES (:trigger) RETURNING id, started_at

@@ -1,3 +1,3 @@
--- An operator pauses stage $1 for every lane; pausing a paused stage keeps its time.
-INSERT INTO paused_stages (type) VALUES ($1)
+-- An operator pauses stage :type for every lane; pausing a paused stage keeps its time.
+INSERT INTO paused_stages (type) VALUES (:type)
 ON CONFLICT (type) DO NOTHING

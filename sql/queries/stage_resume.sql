@@ -1,3 +1,3 @@
--- An operator resumes stage $1: its jobs are claimed again (a waiting worker is woken by
+-- An operator resumes stage :type: its jobs are claimed again (a waiting worker is woken by
 -- paused_stages_notify_resumed).
-DELETE FROM paused_stages WHERE type = $1
+DELETE FROM paused_stages WHERE type = :type

@@ -1,8 +1,8 @@
--- Jobs of type $1 whose lease ($2 seconds) expired on their last attempt ($3):
+-- Jobs of type :type whose lease (:lease_seconds seconds) expired on their last attempt (:max_attempts):
 -- no claim will ever take them again. Oldest first, a bounded batch.
 SELECT id FROM jobs
-WHERE type = $1 AND status = 'running'
-  AND locked_at < now() - make_interval(secs => $2)
-  AND attempts >= $3
+WHERE type = :type AND status = 'running'
+  AND locked_at < now() - make_interval(secs => :lease_seconds)
+  AND attempts >= :max_attempts
 ORDER BY locked_at
 LIMIT 100

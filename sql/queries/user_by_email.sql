@@ -1,1 +1,1 @@
-SELECT u.id, u.email FROM users u WHERE u.email = $1
+SELECT u.id, u.email FROM users u WHERE u.email = :email

@@ -1,9 +1,9 @@
--- The user with e-mail $1, created when new. `created` says which.
+-- The user with e-mail :email, created when new. `created` says which.
 WITH new AS (
-    INSERT INTO users (email) VALUES ($1)
+    INSERT INTO users (email) VALUES (:email)
     ON CONFLICT (email) DO NOTHING
     RETURNING id
 )
 SELECT id, true AS created FROM new
 UNION ALL
-SELECT id, false FROM users WHERE email = $1
+SELECT id, false FROM users WHERE email = :email

@@ -14,7 +14,7 @@ import pytest
 from serving_kit import AUTH, Recorder, assert_error, make_settings
 
 from app.engine import jobs as q
-from app.engine.queries import query
+from app.engine.queries import statement
 from bench.explain import explain
 from tests import factories as f
 from tests.credentials import OTHER_CURSOR_SECRET
@@ -239,9 +239,12 @@ async def test_a_deep_page_reads_the_index_not_the_table(pool):
     await pool.execute("ANALYZE jobs")
     last_id = await pool.fetchval("SELECT id FROM jobs ORDER BY id DESC OFFSET 4000 LIMIT 1")
     async with pool.acquire() as conn:
-        plan = await explain(conn, query("jobs_list"), ("done", "t", None, None, last_id, 51))
+        sql, *args = statement("jobs_list").bind(status="done", type="t", lane=None, batch_id=None,
+                                                 after=last_id, limit=51)
+        plan = await explain(conn, sql, tuple(args))
     assert "Index Scan Backward using jobs_pkey" in plan, plan
-    assert "Index Cond: (id < COALESCE($5" in plan, plan  # from the cursor on
+    after = f"${statement('jobs_list').names.index('after') + 1}"
+    assert f"Index Cond: (id < COALESCE({after}" in plan, plan  # from the cursor on
     assert "Sort" not in plan, plan
     assert "rows=51" in plan and "Rows Removed by Filter" not in plan, plan
 
@@ -253,7 +256,9 @@ async def test_a_deep_page_of_the_audit_log_reads_the_index_not_the_table(pool):
     await pool.execute("ANALYZE audit_log")
     at, last_id = await pool.fetchrow("SELECT at, id FROM audit_log ORDER BY at DESC, id DESC OFFSET 2000 LIMIT 1")
     async with pool.acquire() as conn:
-        plan = await explain(conn, query("audit_page"), (at, last_id, None, 51))
+        sql, *args = statement("audit_page").bind(at=at, last_id=last_id, table=None, limit=51)
+        plan = await explain(conn, sql, tuple(args))
     assert "using audit_log_at_idx" in plan, plan
-    assert "Index Cond: (ROW(at, id) < ROW(COALESCE($1" in plan, plan
+    at_ = f"${statement('audit_page').names.index('at') + 1}"
+    assert f"Index Cond: (ROW(at, id) < ROW(COALESCE({at_}" in plan, plan
     assert "Sort" not in plan and "Rows Removed by Filter" not in plan, plan

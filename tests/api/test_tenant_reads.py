@@ -11,7 +11,7 @@ from serving_kit import Recorder
 
 from app.engine import accounts, job_admin
 from app.engine.jobs import DEFAULT_LANE
-from app.engine.queries import query
+from app.engine.queries import statement
 from app.engine.tenancy import tenant_transaction
 from bench.explain import explain, rows_filtered_away
 from tests import factories as f
@@ -73,7 +73,9 @@ async def test_a_page_reads_the_callers_lanes_not_other_tenants_jobs(pool):
     await pool.execute("ANALYZE jobs")
     actor = await accounts.authenticate(pool, alice)
     async with tenant_transaction(pool, actor) as conn:
-        plan = await explain(conn, query("jobs_list_by_lanes"), (None, None, None, None, None, 51, None))
+        sql, *args = statement("jobs_list_by_lanes").bind(status=None, type=None, lane=None, batch_id=None,
+                                                          after=None, limit=51, lanes=None)
+        plan = await explain(conn, sql, tuple(args))
     assert "jobs_lane_list_idx" in plan, plan
     assert "jobs_pkey" not in plan and "Seq Scan on jobs" not in plan, plan
     # none of bob's 5,000 was read and dropped: no scan of jobs filters any row away
@@ -105,7 +107,9 @@ async def test_an_admins_list_of_one_lane_reads_that_lane_not_the_table(make_cli
         got = [r["id"] for r in await page_through(client, f"/jobs?limit=7&lane={lane_}{filters}")]
         assert got == want and got, (lane_, filters)
     async with pool.acquire() as conn:
-        plan = await explain(conn, query("jobs_list_by_lanes"), (None, None, lane, None, None, 51, [lane]))
+        sql, *args = statement("jobs_list_by_lanes").bind(status=None, type=None, lane=lane, batch_id=None,
+                                                          after=None, limit=51, lanes=[lane])
+        plan = await explain(conn, sql, tuple(args))
         # and what the API and the CLI call reads that lane's index entries, no more (the
         # counts are this backend's own, pending in the transaction)
         read = "SELECT sum(pg_stat_get_xact_tuples_returned(indexrelid)) FROM pg_index WHERE indrelid = 'jobs'::regclass"
@@ -118,7 +122,8 @@ async def test_an_admins_list_of_one_lane_reads_that_lane_not_the_table(make_cli
     assert entries < 100, entries
 
 
-DASHBOARD = [("dashboard_queue", ()), ("dashboard_lanes", (10,)), ("dashboard_trouble", (10,))]
+DASHBOARD = [("dashboard_queue", {"own_lanes": True}), ("dashboard_lanes", {"limit": 10, "own_only": True}),
+             ("dashboard_trouble", {"limit": 10, "own_lanes": True})]
 
 
 async def test_a_tenants_dashboard_reads_its_own_lanes_with_the_same_answers(pool):
@@ -145,11 +150,13 @@ async def test_a_tenants_dashboard_reads_its_own_lanes_with_the_same_answers(poo
     await pool.execute("ANALYZE jobs")
     actor = await accounts.authenticate(pool, alice)
     async with tenant_transaction(pool, actor) as conn:
-        for name, args in DASHBOARD:
+        for name, own_lanes in DASHBOARD:
             # the reference: every job, row-level security dropping bob's (the admin's branch)
-            everything = [dict(r) for r in await conn.fetch(query(name), *args, False)]
-            own = [dict(r) for r in await conn.fetch(query(name), *args, True)]
+            all_lanes = {k: (False if v is True else v) for k, v in own_lanes.items()}
+            everything = [dict(r) for r in await conn.fetch(*statement(name).bind(**all_lanes))]
+            own = [dict(r) for r in await conn.fetch(*statement(name).bind(**own_lanes))]
             assert own == everything and own, name
-            plan = await explain(conn, query(name), (*args, True))
+            sql, *args = statement(name).bind(**own_lanes)
+            plan = await explain(conn, sql, tuple(args))
             removed = rows_filtered_away(plan)
             assert all(n < 100 for n in removed), plan  # bob's 5,000 are never read
