@@ -5,7 +5,6 @@ real uvicorn on a free port."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 
 import httpx
 import pytest
@@ -15,7 +14,7 @@ from app.engine.accounts import KEY_SHAPE, revoke_key
 from app.engine.tenancy import Actor, acting
 from app.pipeline.stage import Stage
 from tests.api.serving_kit import make_settings, start_uvicorn
-from tests.factories import api_key, campaign
+from tests.factories import tenant
 
 PERSON = Actor("system", "tests")  # a named actor: what the CLI or psql with an actor is
 
@@ -32,30 +31,11 @@ STAGES = [Stage(type="record", handler=noop, batch=10, lease=60, timeout=10),
           Stage(type="broken", handler=broken, batch=10, lease=60, timeout=10, max_attempts=1)]
 
 
-@dataclass
-class Tenant:
-    key: str
-    user_id: uuid.UUID
-    lane: uuid.UUID
-
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.key}"}
-
-
-async def make_tenant(pool, email: str, admin: bool = False) -> Tenant:
-    key = await api_key(pool, email, admin=admin)
-    user_id = await pool.fetchval("SELECT id FROM users WHERE email = $1", email)
-    lane = await campaign(pool, user_id)  # the example's campaign is its owner's lane
-    assert await pool.fetchval("SELECT owner_id FROM lanes WHERE id = $1", lane) == user_id
-    return Tenant(key, user_id, lane)
-
-
 @pytest.fixture
 async def tenants(pool):
     """(a, b, admin): two tenants with a lane each, and an admin."""
-    return (await make_tenant(pool, "a@example.com"), await make_tenant(pool, "b@example.com"),
-            await make_tenant(pool, "root@example.com", admin=True))
+    return (await tenant(pool, "a@example.com"), await tenant(pool, "b@example.com"),
+            await tenant(pool, "root@example.com", admin=True))
 
 
 async def revoke(pool, key: str) -> bool:

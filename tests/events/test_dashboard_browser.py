@@ -16,6 +16,7 @@ import pytest
 
 from app.api import create_app
 from app.api import events as events_api
+from app.plugin import Plugin
 from tests.api.serving_kit import make_settings, start_uvicorn
 from tests.events.conftest import STAGES, person_enqueues, revoke
 
@@ -24,6 +25,13 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not instal
                                                          "(make test does it)")
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 REPLAY = 5
+
+
+async def _tiers_panel(db, actor, settings) -> list[dict]:
+    return [{"title": "Tiers", "columns": ["Tier", "Queue"], "rows": [["Gold", "First in line"]]}]
+
+
+PANEL_PLUGIN = Plugin(name="panels", dashboard=_tiers_panel)  # a plug-in's panel on the dashboard
 
 
 @pytest.fixture
@@ -48,7 +56,7 @@ class Served:
         self.current = None
 
     async def start(self) -> None:
-        app = create_app(make_settings(self.dsn, events_replay=REPLAY), stages=STAGES)
+        app = create_app(make_settings(self.dsn, events_replay=REPLAY), stages=STAGES, plugins=[PANEL_PLUGIN])
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", self.port))
@@ -118,8 +126,8 @@ async def test_dashboard_live_retry_and_layout(pool, browser, served, tenants):
     await page.get_by_role("button", name="Resume stage record").click()
     await expect(page.locator('tr[data-stage="record"]')).to_contain_text("running", timeout=5_000)
     assert await pool.fetchval("SELECT count(*) FROM paused_stages") == 0
-    # the plug-in's panel renders from PLANS
-    await expect(page.get_by_role("heading", name="Plans")).to_be_visible()
+    # a plug-in's panel renders
+    await expect(page.get_by_role("heading", name="Tiers")).to_be_visible()
     await expect(page.get_by_text("First in line")).to_be_visible()
 
     for width in (1280, 390):
