@@ -12,7 +12,7 @@ from app.devdb import _bin_dir
 from app.engine import jobs as q
 from app.engine.db import connect
 from app.engine.migrate import LEGACY_DIR, SQUASHED, _files, chain, migrate, pending_migrations
-from app.engine.queries import query
+from app.engine.queries import statement
 from app.outreach.plans import DEFAULT_PLAN, OWNERLESS_PLAN, PLANS
 from app.outreach.plugin import PLUGIN
 from tests import factories as f
@@ -64,11 +64,11 @@ async def test_a_database_made_before_the_split_comes_across_with_its_data(new_d
     db = await connect(old_url)
     try:
         async with db.transaction():
-            await db.execute(query("migrations_prepare"))
+            await db.execute(*statement("migrations_prepare").bind())
             for version, sql in _files(LEGACY_DIR):
                 if version < BEFORE_LANES:
                     await db.execute(sql)
-                    await db.execute(query("migrations_record"), version)
+                    await db.execute(*statement("migrations_record").bind(version=version))
         lanes = await seed_old(db)
         jobs_before = {r["id"]: r["campaign_id"] or ZERO for r in await db.fetch("SELECT id, campaign_id FROM jobs")}
 

@@ -20,7 +20,7 @@ from typing import Iterable, Protocol
 
 import asyncpg
 
-from app.engine.queries import SQL_DIR, query
+from app.engine.queries import SQL_DIR, statement
 
 LEGACY_DIR = SQL_DIR / "migrations" / "legacy"
 BRIDGE = (LEGACY_DIR / "bridge.sql").read_text(encoding="utf-8")
@@ -83,21 +83,21 @@ async def migrate(conn: asyncpg.Connection, plugins: Iterable[PluginSql]) -> lis
     return the versions recorded now. Safe to run concurrently."""
     applied_now: list[str] = []
     async with conn.transaction():
-        await conn.execute(query("migrations_lock"))
-        await conn.execute(query("migrations_prepare"))
-        done = {r["version"] for r in await conn.fetch(query("migrations_applied"))}
+        await conn.execute(*statement("migrations_lock").bind())
+        await conn.execute(*statement("migrations_prepare").bind())
+        done = {r["version"] for r in await conn.fetch(*statement("migrations_applied").bind())}
         for sql, versions in _plan(done, list(plugins)):
             await conn.execute(sql)
             for version in versions:
-                await conn.execute(query("migrations_record"), version)
+                await conn.execute(*statement("migrations_record").bind(version=version))
             applied_now += versions
     return applied_now
 
 
 async def pending_migrations(conn: asyncpg.Connection, plugins: Iterable[PluginSql]) -> list[str]:
     """Versions not yet applied (all of the chains on an empty database)."""
-    exists = await conn.fetchval(query("migrations_table_exists"))
+    exists = await conn.fetchval(*statement("migrations_table_exists").bind())
     done = set()
     if exists:
-        done = {r["version"] for r in await conn.fetch(query("migrations_applied"))}
+        done = {r["version"] for r in await conn.fetch(*statement("migrations_applied").bind())}
     return [v for _, versions in _plan(done, list(plugins)) for v in versions]
