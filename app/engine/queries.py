@@ -40,6 +40,17 @@ def statement(name: str) -> Statement:
     return translate(query(name), f"sql/queries/{name}.sql")
 
 
+def statements_of(sql: Traversable):
+    """The loader of a plug-in's named statements, <sql>/queries/<name>.sql, each with its
+    :name parameters numbered for asyncpg once, `sql` being the folder its Plugin declares."""
+    read = queries_of(sql)
+
+    @lru_cache
+    def plugin_statement(name: str) -> Statement:
+        return translate(read(name), f"{name}.sql")
+    return plugin_statement
+
+
 def queries_of(sql: Traversable):
     """The loader of a plug-in's named queries, <sql>/queries/<name>.sql, `sql` being the
     folder its Plugin declares (Plugin.sql)."""
