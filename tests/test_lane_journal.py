@@ -23,7 +23,7 @@ from app.engine.tenancy import tenant_transaction
 from app.pipeline.loop import Pipeline
 from app.pipeline.stage import Stage
 from tests.api.serving_kit import make_settings
-from tests.factories import api_key, campaign, jobs, lane_counts, lease, run, true_pending
+from tests.factories import api_key, jobs, lane, lane_counts, lease, run, true_pending
 
 NOT_WAITING = 5.0  # seconds: far more than a claim takes, far less than the holder holds
 
@@ -78,9 +78,9 @@ async def test_what_waits_is_counted_with_the_journal_before_it_is_folded(pool, 
     than does."""
     key = await api_key(pool, "owner@example.com")
     actor = await authenticate(pool, key)
-    lane = await campaign(pool, actor.user_id)
-    await jobs(pool, "t", 6, lane=lane)
-    async with holding(dsn, LANE_ROW, lane):
+    owned = await lane(pool, actor.user_id)
+    await jobs(pool, "t", 6, lane=owned)
+    async with holding(dsn, LANE_ROW, owned):
         await asyncio.wait_for(q.claim(pool, lease("t"), await run(pool), 4), NOT_WAITING)
     assert await pool.fetchval("SELECT count(*) FROM job_lane_journal") == 1
     [depth] = [d for d in await queue_depth(pool) if d["type"] == "t"]

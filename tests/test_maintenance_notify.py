@@ -66,8 +66,8 @@ def verify(received, secret=SECRET):
 
 
 async def test_finished_batch_is_delivered_signed_and_retried_after_a_500(pool):
-    owner = await f.user(pool, "pro")
-    c = await f.campaign(pool, owner)
+    owner = await f.user(pool)
+    c = await f.lane(pool, owner)
 
     async def ok(job, ctx):
         pass
@@ -97,9 +97,9 @@ async def test_a_job_failing_for_good_notifies_the_owners_own_url(pool):
         raise RuntimeError("no luck")
 
     with Receiver() as account_hook, Receiver() as global_hook:
-        owner = await f.user(pool, "free")
+        owner = await f.user(pool)
         await f.as_system(pool, "UPDATE users SET webhook_url = $2 WHERE id = $1", owner, account_hook.url)
-        c = await f.campaign(pool, owner)
+        c = await f.lane(pool, owner)
         [job_id] = await f.jobs(pool, "t", 1, lane=c)
         s = settings(account_hook, global_hook, webhook_url=global_hook.url, webhook_secret=SECRET)
         await Pipeline(pool, [Stage(type="t", handler=broken, max_attempts=1)], s).run("cron")
@@ -126,7 +126,7 @@ async def test_a_receiver_asking_to_wait_defers_without_burning_attempts(pool):
     with Receiver(statuses=[429], extra_headers={"Retry-After": "120"}) as hook:
         s = settings(hook, webhook_url=hook.url, webhook_secret=SECRET)
         owner = await f.user(pool)
-        c = await f.campaign(pool, owner)
+        c = await f.lane(pool, owner)
         await b.create_batch(pool, c, [BatchRequest("a")])
         await pool.execute("UPDATE jobs SET status = 'done', attempts = 1, finished_at = now()")
         await Pipeline(pool, [], s).run("cron")
@@ -139,7 +139,7 @@ async def test_a_receiver_asking_to_wait_for_ever_waits_a_day(pool):
     """A Retry-After of 10^20 seconds overflowed the date: every attempt failed on it."""
     with Receiver(statuses=[503], extra_headers={"Retry-After": "9" * 20}) as hook:
         s = settings(hook, webhook_url=hook.url, webhook_secret=SECRET)
-        c = await f.campaign(pool, await f.user(pool))
+        c = await f.lane(pool, await f.user(pool))
         await b.create_batch(pool, c, [BatchRequest("a")])
         await pool.execute("UPDATE jobs SET status = 'done', attempts = 1, finished_at = now()")
         await Pipeline(pool, [], s).run("cron")
@@ -154,7 +154,7 @@ async def test_a_receiver_whose_answer_never_ends_is_not_read(pool):
     (gigabytes) until the stage's timeout, and the delivery failed."""
     with Receiver(endless_body=True) as hook:
         s = settings(hook, webhook_url=hook.url, webhook_secret=SECRET)
-        c = await f.campaign(pool, await f.user(pool))
+        c = await f.lane(pool, await f.user(pool))
         await b.create_batch(pool, c, [BatchRequest("a")])
         await pool.execute("UPDATE jobs SET status = 'done', attempts = 1, finished_at = now()")
         async with asyncio.timeout(8):  # far less than the stage's 30 s timeout
@@ -192,11 +192,11 @@ async def test_a_flood_of_slow_deliveries_leaves_the_run_time_for_other_work(poo
 
 async def test_one_tenants_slow_receiver_does_not_hold_anothers_notifications_back(pool):
     """A notification goes in the lane it tells about: the fair claim shares deliveries."""
-    ann, bob = await f.user(pool, "free"), await f.user(pool, "free")
+    ann, bob = await f.user(pool), await f.user(pool)
     with Receiver(delay=1.0) as slow, Receiver() as fast:
         await f.as_system(pool, "UPDATE users SET webhook_url = $2 WHERE id = $1", ann, slow.url)
         await f.as_system(pool, "UPDATE users SET webhook_url = $2 WHERE id = $1", bob, fast.url)
-        anns, bobs = await f.campaign(pool, ann), await f.campaign(pool, bob)
+        anns, bobs = await f.lane(pool, ann), await f.lane(pool, bob)
         s = settings(slow, fast, webhook_secret=SECRET)
         await _failures_told(pool, s, anns, 30)    # first: 30 of Ann's, 6 s of deliveries
         await _failures_told(pool, s, bobs, 1)     # then Bob's one
@@ -216,8 +216,8 @@ async def test_a_tenants_notification_does_not_carry_the_operators_url(pool):
         raise RuntimeError("no luck")
 
     with Receiver() as global_hook:
-        owner = await f.user(pool, "free")
-        c = await f.campaign(pool, owner)
+        owner = await f.user(pool)
+        c = await f.lane(pool, owner)
         await f.jobs(pool, "t", 1, lane=c)
         operators = global_hook.url.rstrip("/") + "/services/T0OPERATOR"
         s = settings(global_hook, webhook_url=operators, webhook_secret=SECRET)

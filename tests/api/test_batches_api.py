@@ -15,7 +15,7 @@ from tests import factories as f
 async def client_and_campaign(make_client, pool, recorder):
     other = Recorder("export")
     client = await make_client(stages=[recorder.stage, other.stage])
-    campaign = await f.campaign(pool, await f.user(pool, "pro"))
+    campaign = await f.lane(pool, await f.user(pool))
     return client, campaign
 
 
@@ -94,7 +94,7 @@ async def test_each_payload_in_a_batch_is_checked_against_its_stage(make_client,
 
     client = await make_client(stages=[Recorder("record").stage,
                                        Stage(type="draft", handler=noop, payload=DraftPayload, lease=60, timeout=10)])
-    c = await f.campaign(pool, await f.user(pool, "pro"))
+    c = await f.lane(pool, await f.user(pool))
     r = await client.post(f"/lanes/{c}/batches", json={"jobs": [
         {"type": "record", "payload": {"free": "form"}}, {"type": "draft", "payload": {"contact": 1}}]})
     error = assert_error(r, 422, "invalid_request")

@@ -31,7 +31,7 @@ async def own_server():
             as (server, dsn, port):
         pool = await create_pool(dsn, size=1)
         try:
-            key = await api_key(pool, "down@example.com", admin=True, plan="pro")
+            key = await api_key(pool, "down@example.com", admin=True)
         finally:
             await pool.close()
         yield server, dsn, key, port

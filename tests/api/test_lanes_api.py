@@ -19,9 +19,8 @@ async def test_tenants_see_their_lanes_and_operators_rank_them(make_client, pool
     client = await make_client(stages=[Recorder("t").stage], api_key=False)
     keys, lanes = {}, {}
     for name in ("ann", "bob"):
-        keys[name] = await f.api_key(pool, f"{name}@example.com", plan="standard")
-        owner = await pool.fetchval("SELECT id FROM users WHERE email = $1", f"{name}@example.com")
-        lanes[name] = await f.campaign(pool, owner)  # the example's campaign: a lane of its own
+        t = await f.tenant(pool, f"{name}@example.com")
+        keys[name], lanes[name] = t.key, t.lane
         await f.jobs(pool, "t", 2, lane=lanes[name])
     await f.jobs(pool, "t", 1)  # the default lane: nobody's
 
@@ -47,8 +46,8 @@ async def test_tenants_see_their_lanes_and_operators_rank_them(make_client, pool
                               "paused": False}
     got = await q.claim(pool, f.lease(), await f.run(pool), 10)
     assert [j.lane for j in got] == [lanes["bob"], lanes["bob"], uuid.UUID(int=0)]  # ann's waits
-    # the operator's changes are in the audit log, as the admin who made them (the set-up's
-    # campaigns made their lanes as the system; the claim above wrote nothing there)
+    # the operator's changes are in the audit log, as the admin who made them (the set-up
+    # made its lanes as the system; the claim above wrote nothing there)
     audited = await pool.fetch("SELECT actor_kind, op, row_id, new_row->>'paused' AS paused, "
                                "new_row->>'priority' AS priority FROM audit_log "
                                "WHERE table_name = 'lanes' AND actor_kind <> 'system' ORDER BY id")

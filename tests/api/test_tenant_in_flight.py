@@ -14,7 +14,6 @@ import asyncio
 
 from serving_kit import make_settings
 
-from app.engine import accounts
 from tests import factories as f
 
 LIMIT = 2
@@ -22,10 +21,7 @@ POOL = 4
 
 
 async def _tenant(pool, email: str):
-    key = await f.api_key(pool, email, plan="pro")
-    owner = (await accounts.authenticate(pool, key)).user_id
-    await f.campaign(pool, owner)
-    return {"Authorization": f"Bearer {key}"}
+    return (await f.tenant(pool, email)).headers
 
 
 async def _waiting_on_jobs(pool) -> int:

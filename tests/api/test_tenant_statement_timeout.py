@@ -14,7 +14,6 @@ import uuid
 
 from serving_kit import AUTH, Recorder, assert_error, make_settings
 
-from app.engine import accounts
 from app.pipeline.stage import Stage
 from tests import factories as f
 
@@ -23,11 +22,9 @@ BOUND = 10  # a request still waiting for the lock this long was not cut: the te
 
 
 async def _tenant_with_a_pending_job(pool) -> tuple[dict[str, str], uuid.UUID]:
-    key = await f.api_key(pool, "ann@timeout.example", plan="pro")
-    owner = (await accounts.authenticate(pool, key)).user_id
-    lane = await f.campaign(pool, owner)
-    [job] = await f.jobs(pool, "record", 1, lane=lane)
-    return {"Authorization": f"Bearer {key}"}, job
+    ann = await f.tenant(pool, "ann@timeout.example")
+    [job] = await f.jobs(pool, "record", 1, lane=ann.lane)
+    return ann.headers, job
 
 
 async def _statement_timeout_of_every_connection(app) -> set[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from serving_kit import make_settings
 
-from app.engine import accounts
 from app.pipeline.stage import Stage
 from tests import factories as f
 
@@ -18,9 +17,9 @@ async def _nothing(job, ctx):
 
 
 async def _tenant(pool, email: str):
-    key = await f.api_key(pool, email, plan="pro")
-    owner = (await accounts.authenticate(pool, key)).user_id
-    return {"Authorization": f"Bearer {key}"}, str(await f.campaign(pool, owner)), str(await f.campaign(pool, owner))
+    """Its headers and two lanes of its own."""
+    t = await f.tenant(pool, email)
+    return t.headers, str(t.lane), str(await f.lane(pool, t.user_id))
 
 
 async def test_a_tenant_past_its_waiting_jobs_is_refused_until_some_run(make_client, pool, dsn):

@@ -10,6 +10,7 @@ import pytest
 from app.api import create_app
 from app.outreach.sample import sample_site_app
 from tests.outreach.conftest import reachable, run, settings
+from tests.api.serving_kit import assert_error
 from tests.outreach.servers import ServerThread
 
 
@@ -119,3 +120,20 @@ async def test_a_retried_post_with_an_idempotency_key_adds_one_campaign(api, poo
     assert first.status_code == again.status_code == 201
     assert again.json()["id"] == first.json()["id"] and again.headers.get("idempotent-replayed") == "true"
     assert await pool.fetchval("SELECT count(*) FROM campaigns") == 1
+
+
+async def test_a_campaign_url_with_a_non_public_address_is_422(pool, dsn, admin_headers):
+    app = create_app(settings(database_url=dsn, run_scheduler=False, fetch_allow_private="127.0.0.1:8000"))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://skiplock.test",
+                                 headers=admin_headers) as client:
+        for url in ("http://127.0.0.1:8080/", "http://2130706433/", "http://0x7f.1/", "http://localhost/",
+                    "http://169.254.169.254/latest/meta-data", "http://10.0.0.1", "http://0"):
+            r = await client.post("/campaigns", json={"url": url})
+            error = assert_error(r, 422, "invalid_request")
+            assert error["details"] == [{"location": "body.url", "message": error["details"][0]["message"]}]
+            assert "not public" in error["message"], url
+        assert await pool.fetchval("SELECT count(*) FROM campaigns") == 0
+        # an address FETCH_ALLOW_PRIVATE lists is the exception, and public names are fine
+        for url in ("http://127.0.0.1:8000/", "https://example.com"):
+            assert (await client.post("/campaigns", json={"url": url})).status_code == 201, url
+    await app.state.runtime.close()

@@ -161,3 +161,19 @@ async def test_contacts_shows_a_hostile_sites_words_escaped(dsn, pool):
     assert "alice@evil.test" in out.stdout and "Hi alice," in out.stdout  # the draft's lines stay lines
     assert not {"\x1b", "\x07", "\u202e"} & set(out.stdout), out.stdout
     assert "Evil\\x1b]0;pwned\\x07\\x1b[2J Shop" in out.stdout and "hidden\\u202eoof" in out.stdout
+
+
+async def test_the_cli_checks_a_payload_against_its_stage(dsn, pool):
+    one_line_error(cli("enqueue", "crawl", "--payload", '{"url": "http://127.0.0.1/"}', dsn=dsn),
+                   "not public")
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
+    one_line_error(cli("enqueue", "crawl", "--payload", '{"url": "https://example.com/", "depth": "2"}',
+                       dsn=dsn), "integer")  # a number is a JSON number, as on the API
+    good = '{"url": "https://example.com/", "depth": 2}'
+    # a payload that fits is still the stage's to refuse: a crawl needs a campaign whose site it is on
+    one_line_error(cli("enqueue", "crawl", "--payload", good, dsn=dsn), "has no campaign")
+    lane = await f.campaign(pool, await f.user(pool))
+    await f.as_system(pool, "UPDATE campaigns SET url = 'https://example.com/' WHERE id = $1", lane)
+    out = cli("enqueue", "crawl", "--lane", str(lane), "--payload", good, dsn=dsn)
+    assert out.returncode == 0, out.stderr
+    assert await pool.fetchval("SELECT payload FROM jobs") == {"url": "https://example.com/", "depth": 2}

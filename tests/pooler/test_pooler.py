@@ -105,11 +105,9 @@ async def test_overlapping_run_once_through_the_pooler_and_a_kill_9(pool, dsn, p
 
 
 async def _tenant(pool, email: str) -> tuple[dict, set[str]]:
-    key = await f.api_key(pool, email, plan="standard")
-    owner = await pool.fetchval("SELECT id FROM users WHERE email = $1", email)
-    lane = await f.campaign(pool, owner)  # the example's campaign: a lane its owner owns
-    ids = await q.enqueue_many(pool, [NewJob(type="echo", lane=lane) for _ in range(3)])
-    return {"Authorization": f"Bearer {key}"}, {str(i) for i in ids}
+    t = await f.tenant(pool, email)
+    ids = await q.enqueue_many(pool, [NewJob(type="echo", lane=t.lane) for _ in range(3)])
+    return t.headers, {str(i) for i in ids}
 
 
 @pytest.mark.parametrize("login", ["owner", "tenant"])
