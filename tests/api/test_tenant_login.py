@@ -26,7 +26,7 @@ from tests.tenant_login import tenant_login_url
 CLIMBS = {
     "become_admin": "SET ROLE skiplock_admin",
     "read_key_digests": "SELECT hash FROM api_keys",
-    "write_billing": "UPDATE subscriptions SET plan = 'pro'",
+    "rank_a_lane": "UPDATE lanes SET priority = 99",
     "drop_a_table": "DROP TABLE audit_log",
     "prune_the_audit_log": "SELECT audit_log_prune(now(), 1000)",
 }
@@ -70,7 +70,7 @@ async def client_for(settings) -> AsyncIterator[tuple[httpx.AsyncClient, object]
 
 @pytest.fixture
 async def two_tenants(pool):
-    return [await f.api_key(pool, email, plan="standard") for email in ("ann@a.example", "bob@b.example")]
+    return [await f.api_key(pool, email) for email in ("ann@a.example", "bob@b.example")]
 
 
 def bearer(key: str) -> dict:
