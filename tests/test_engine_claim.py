@@ -13,8 +13,10 @@ import pytest
 from app.engine import jobs as q
 from app.engine.db import connect
 from app.engine.jobs import NewJob
-from app.outreach.plans import OWNERLESS_PLAN, PLANS
 from tests import factories as f
+
+# Lane priorities: a lane nobody ranked (the ownerless lane among them) has 0, between.
+LOW, MIDDLE, HIGH = -10, 0, 10
 
 
 async def test_claim_marks_running_counts_attempt_and_owner(pool):
@@ -36,21 +38,11 @@ async def test_claim_takes_only_its_type_and_due_jobs(pool):
     assert len(claimed) == 2 and {j.type for j in claimed} == {"t"}
 
 
-async def test_paused_campaign_is_not_claimed_until_resumed(pool):
-    owner = await f.user(pool, "pro")
-    paused = await f.campaign(pool, owner, status="paused")
-    await f.jobs(pool, "t", 3, lane=paused)
-    run_id = await f.run(pool)
-    assert await q.claim(pool, f.lease(), run_id, 10) == []
-    await f.as_system(pool, "UPDATE campaigns SET status = 'active' WHERE id = $1", paused)
-    assert len(await q.claim(pool, f.lease(), run_id, 10)) == 3
-
-
 async def test_concurrent_claims_never_share_a_job(pool):
-    owners = [await f.user(pool, plan) for plan in ("free", "standard", "pro")]
-    campaigns = [await f.campaign(pool, owners[i % 3]) for i in range(6)]
+    owner = await f.user(pool)
+    lanes = [await f.lane(pool, owner, (LOW, MIDDLE, HIGH)[i % 3]) for i in range(6)]
     all_ids = set()
-    for c in campaigns:
+    for c in lanes:
         all_ids |= set(await f.jobs(pool, "t", 100, lane=c))
     all_ids |= set(await f.jobs(pool, "t", 100))  # ownerless lane
     runs = [await f.run(pool) for _ in range(8)]
@@ -89,13 +81,13 @@ async def test_stale_lease_is_reclaimed_only_while_attempts_remain(pool):
     assert (await f.job_row(pool, job_id))["status"] == "running"  # left for the stuck sweep
 
 
-async def test_plan_priority_then_least_served_campaign_then_oldest(pool):
-    free, standard, pro = [await f.user(pool, p) for p in ("free", "standard", "pro")]
-    c_free = await f.campaign(pool, free)
-    c_pro = await f.campaign(pool, pro)
-    c_std = await f.campaign(pool, standard)
+async def test_lane_priority_then_least_served_lane_then_oldest(pool):
+    owner = await f.user(pool)
+    c_free = await f.lane(pool, owner, LOW)
+    c_pro = await f.lane(pool, owner, HIGH)
+    c_std = await f.lane(pool, owner, MIDDLE)
     await f.jobs(pool, "t", 2, lane=c_free)   # oldest of all
-    await f.jobs(pool, "t", 2)                       # ownerless: the middle plan
+    await f.jobs(pool, "t", 2)                       # ownerless: the middle priority
     await f.jobs(pool, "t", 2, lane=c_std)
     await f.jobs(pool, "t", 2, lane=c_pro)    # newest of all
     run_id = await f.run(pool)
@@ -104,14 +96,14 @@ async def test_plan_priority_then_least_served_campaign_then_oldest(pool):
         [job] = await q.claim(pool, f.lease(), run_id, 1)
         order.append(job.lane)
     assert order[:2] == [c_pro, c_pro]
-    # standard-plan campaign and ownerless work share the middle priority and alternate
+    # the middle lane and ownerless work share the middle priority and alternate
     assert set(order[2:6]) == {c_std, ZERO} and order[2] != order[3]
     assert order[6:] == [c_free, c_free]
 
 
-async def test_least_served_campaign_goes_first_even_when_newer(pool):
-    owner = await f.user(pool, "pro")
-    busy, quiet = await f.campaign(pool, owner), await f.campaign(pool, owner)
+async def test_least_served_lane_goes_first_even_when_newer(pool):
+    owner = await f.user(pool)
+    busy, quiet = await f.lane(pool, owner, HIGH), await f.lane(pool, owner, HIGH)
     await f.jobs(pool, "t", 5, lane=busy)
     run_id = await f.run(pool)
     served = await q.claim(pool, f.lease(), run_id, 3)          # busy has been served 3 today
@@ -121,9 +113,9 @@ async def test_least_served_campaign_goes_first_even_when_newer(pool):
     assert [j.lane for j in got] == [quiet, quiet]
 
 
-async def test_one_claim_interleaves_campaigns_of_the_same_plan(pool):
-    owner = await f.user(pool, "standard")
-    a, b = await f.campaign(pool, owner), await f.campaign(pool, owner)
+async def test_one_claim_interleaves_lanes_of_the_same_priority(pool):
+    owner = await f.user(pool)
+    a, b = await f.lane(pool, owner), await f.lane(pool, owner)
     await f.jobs(pool, "t", 10, lane=a)
     await f.jobs(pool, "t", 10, lane=b)
     got = await q.claim(pool, f.lease(), await f.run(pool), 6)
@@ -131,8 +123,8 @@ async def test_one_claim_interleaves_campaigns_of_the_same_plan(pool):
 
 
 async def test_in_flight_work_counts_as_served(pool):
-    owner = await f.user(pool, "free")
-    a, b = await f.campaign(pool, owner), await f.campaign(pool, owner)
+    owner = await f.user(pool)
+    a, b = await f.lane(pool, owner, LOW), await f.lane(pool, owner, LOW)
     await f.jobs(pool, "t", 3, lane=a)
     run_id = await f.run(pool)
     await q.claim(pool, f.lease(), run_id, 2)  # still running, not completed
@@ -143,7 +135,7 @@ async def test_in_flight_work_counts_as_served(pool):
 
 async def test_lane_counters_follow_every_transition(pool):
     owner = await f.user(pool)
-    c = await f.campaign(pool, owner)
+    c = await f.lane(pool, owner)
     await f.jobs(pool, "t", 6, lane=c)
     await pool.execute("INSERT INTO jobs (type, payload) VALUES ('t', '{}')")  # a plain INSERT
     run_id = await f.run(pool)
@@ -164,7 +156,7 @@ async def test_lane_counters_follow_every_transition(pool):
 
 async def test_served_counts_older_than_a_day_expire(pool):
     owner = await f.user(pool)
-    c = await f.campaign(pool, owner)
+    c = await f.lane(pool, owner)
     await f.jobs(pool, "t", 2, lane=c)
     await q.claim(pool, f.lease(), await f.run(pool), 2)
     assert (await f.lane_counts(pool, "t"))[c][1] == 2
@@ -175,9 +167,9 @@ async def test_served_counts_older_than_a_day_expire(pool):
 
 
 async def test_a_claim_never_comes_back_empty_while_another_lane_has_ready_work(pool):
-    pro, free = await f.user(pool, "pro"), await f.user(pool, "free")
-    busy = await f.campaign(pool, pro)
-    other = await f.campaign(pool, free)
+    owner = await f.user(pool)
+    busy = await f.lane(pool, owner, HIGH)
+    other = await f.lane(pool, owner, LOW)
     await f.jobs(pool, "t", 5, lane=busy)
     await f.jobs(pool, "t", 40, lane=other)
     async with pool.acquire() as holder:
@@ -209,16 +201,16 @@ async def insert_jobs(db, lane, n: int, minutes_old: float, run_after_minutes: f
 
 
 async def test_tied_lanes_go_oldest_ready_job_first(pool):
-    # Five campaigns of one plan, none served yet, made in an order that is not their
+    # Five lanes of one priority, none served yet, made in an order that is not their
     # work's age. Before lanes carried their oldest job, a claim of one took whichever
     # tied lane came first (the 10-minute one over the 3-hour one).
-    owner = await f.user(pool, "standard")
+    owner = await f.user(pool)
     age_of = {}
     for minutes in (10, 180, 60, 30, 120):
-        c = await f.campaign(pool, owner)
+        c = await f.lane(pool, owner)
         await insert_jobs(pool, c, 3, minutes)
         age_of[c] = minutes
-    deferred = await f.campaign(pool, owner)  # the oldest jobs of all, but not due for an hour
+    deferred = await f.lane(pool, owner)  # the oldest jobs of all, but not due for an hour
     await insert_jobs(pool, deferred, 3, 600, run_after_minutes=60)
     age_of[deferred] = "deferred"
     run_id = await f.run(pool)
@@ -238,24 +230,26 @@ async def test_tied_lanes_go_oldest_ready_job_first(pool):
     assert order == [180, 120, 60, 30, 10, 180]
 
 
-async def test_a_plain_insert_lands_in_its_campaigns_lane_at_its_plan_priority(pool):
-    pro, free = await f.user(pool, "pro"), await f.user(pool, "free")
-    c_pro, c_free = await f.campaign(pool, pro), await f.campaign(pool, free)
-    # what any client may write, oldest first: free's job, the ownerless one, pro's
-    await pool.execute("INSERT INTO jobs (type, lane, created_at) VALUES "
-                       "('t', $1, now() - interval '3 minutes'), ('t', DEFAULT, now() - interval '2 minutes'), "
-                       "('t', $2, now() - interval '1 minute')", c_free, c_pro)
-    lanes = {r["lane"]: (r["priority"], r["pending"])
-             for r in await pool.fetch("SELECT lane, priority, pending FROM job_lanes WHERE type = 't'")}
-    assert lanes == {c_pro: (PLANS["pro"].priority, 1), c_free: (PLANS["free"].priority, 1),
-                     ZERO: (PLANS[OWNERLESS_PLAN].priority, 1)}
-    got = [(await q.claim(pool, f.lease(), await f.run(pool), 1))[0].lane for _ in range(3)]
-    assert got == [c_pro, ZERO, c_free]
+async def test_a_paused_lane_is_not_claimed_stale_leases_included_until_resumed(pool):
+    owner = await f.user(pool)
+    busy, other = await f.lane(pool, owner, HIGH), await f.lane(pool, owner, LOW)
+    await insert_jobs(pool, busy, 3, 60)
+    await insert_jobs(pool, other, 3, 60)
+    lease = f.lease(seconds=60)
+    [held] = await q.claim(pool, lease, await f.run(pool), 1)
+    assert held.lane == busy
+    await f.age_lock(pool, held.id, 61)  # its worker died
+    await f.as_system(pool, "UPDATE lanes SET paused = true WHERE id = $1", busy)
+    got = await q.claim(pool, lease, await f.run(pool), 10)
+    assert {j.lane for j in got} == {other} and len(got) == 3
+    await f.as_system(pool, "UPDATE lanes SET paused = false WHERE id = $1", busy)
+    got = await q.claim(pool, lease, await f.run(pool), 10)
+    assert {j.lane for j in got} == {busy} and held.id in {j.id for j in got} and len(got) == 3
 
 
-async def test_a_plan_changed_in_plain_sql_reorders_the_claim(pool):
-    a_owner, b_owner = await f.user(pool, "free"), await f.user(pool, "standard")
-    a, b = await f.campaign(pool, a_owner), await f.campaign(pool, b_owner)
+async def test_a_lanes_priority_changed_in_plain_sql_reorders_the_claim(pool):
+    owner = await f.user(pool)
+    a, b = await f.lane(pool, owner, LOW), await f.lane(pool, owner, MIDDLE)
     await insert_jobs(pool, a, 5, 60)
     await insert_jobs(pool, b, 5, 60)
     run_id = await f.run(pool)
@@ -264,38 +258,16 @@ async def test_a_plan_changed_in_plain_sql_reorders_the_claim(pool):
         [job] = await q.claim(pool, f.lease(), run_id, 1)
         return job.lane
 
-    assert await next_lane() == b  # standard before free
-    await f.as_system(pool, "UPDATE subscriptions SET plan = 'pro' WHERE user_id = $1", a_owner)
-    assert await next_lane() == a
-    await f.as_system(pool, "DELETE FROM subscriptions WHERE user_id = $1", a_owner)  # back to free
     assert await next_lane() == b
-    await f.as_system(pool, "INSERT INTO subscriptions (user_id, plan) VALUES ($1, 'pro')", a_owner)
+    await f.as_system(pool, "UPDATE lanes SET priority = $2 WHERE id = $1", a, HIGH)
     assert await next_lane() == a
-    new_owner = await f.user(pool, "free")
-    await f.as_system(pool, "UPDATE campaigns SET user_id = $1 WHERE id = $2", new_owner, a)  # a changes hands
+    await f.as_system(pool, "UPDATE lanes SET priority = $2 WHERE id = $1", a, LOW)
     assert await next_lane() == b
-
-
-async def test_pausing_a_campaign_in_plain_sql_stops_its_lane_stale_leases_included(pool):
-    pro, free = await f.user(pool, "pro"), await f.user(pool, "free")
-    busy, other = await f.campaign(pool, pro), await f.campaign(pool, free)
-    await insert_jobs(pool, busy, 3, 60)
-    await insert_jobs(pool, other, 3, 60)
-    lease = f.lease(seconds=60)
-    [held] = await q.claim(pool, lease, await f.run(pool), 1)
-    assert held.lane == busy
-    await f.age_lock(pool, held.id, 61)  # its worker died
-    await f.as_system(pool, "UPDATE campaigns SET status = 'paused' WHERE id = $1", busy)
-    got = await q.claim(pool, lease, await f.run(pool), 10)
-    assert {j.lane for j in got} == {other} and len(got) == 3
-    await f.as_system(pool, "UPDATE campaigns SET status = 'active' WHERE id = $1", busy)
-    got = await q.claim(pool, lease, await f.run(pool), 10)
-    assert {j.lane for j in got} == {busy} and held.id in {j.id for j in got} and len(got) == 3
 
 
 async def test_stale_reclaims_follow_the_lane_order(pool):
-    free, standard, pro = [await f.user(pool, p) for p in ("free", "standard", "pro")]
-    c_free, c_std, c_pro = [await f.campaign(pool, u) for u in (free, standard, pro)]
+    owner = await f.user(pool)
+    c_free, c_std, c_pro = [await f.lane(pool, owner, p) for p in (LOW, MIDDLE, HIGH)]
     await insert_jobs(pool, c_free, 1, 60)
     await insert_jobs(pool, c_pro, 1, 60)
     lease = f.lease(seconds=60)
@@ -305,14 +277,15 @@ async def test_stale_reclaims_follow_the_lane_order(pool):
     await insert_jobs(pool, c_std, 1, 1)
     run_id = await f.run(pool)
     order = [(await q.claim(pool, lease, run_id, 1))[0] for _ in range(3)]
-    # pro's stale job, standard's fresh one, then free's, whose lease expired first
+    # the high lane's stale job, the middle one's fresh one, then the low one's, whose lease
+    # expired first
     assert [j.lane for j in order] == [c_pro, c_std, c_free]
     assert [j.attempts for j in order] == [2, 1, 2]
 
 
 async def test_a_lanes_stale_jobs_weigh_before_its_ready_ones(pool):
-    owner = await f.user(pool, "standard")
-    a, b = [await f.campaign(pool, owner) for _ in range(2)]
+    owner = await f.user(pool)
+    a, b = [await f.lane(pool, owner) for _ in range(2)]
     lease = f.lease(seconds=60)
     dead = await f.jobs(pool, "t", 2, lane=a)  # an hour old, held by a run that died: a has served 2
     for job in await q.claim(pool, lease, await f.run(pool), 2):
@@ -330,8 +303,8 @@ async def test_a_stale_job_that_lost_its_slot_fills_what_a_deferred_job_left_emp
     """Lane a (never served) holds one job due and one deferred for an hour: its two slots
     outweigh lane b's stale job (b has served 3), but only one of them can be filled. A
     claim of 2 takes a's due job and b's stale one; it took a's alone."""
-    owner = await f.user(pool, "standard")
-    a, b = await f.campaign(pool, owner), await f.campaign(pool, owner)
+    owner = await f.user(pool)
+    a, b = await f.lane(pool, owner), await f.lane(pool, owner)
     lease = f.lease(seconds=60)
     await f.jobs(pool, "t", 3, lane=b)
     served = await q.claim(pool, lease, await f.run(pool), 3)  # b has served 3; one died with its run
@@ -350,8 +323,8 @@ async def _two_claims_at_once_over_60_tied_lanes(pool, dsn, scan_turned_off: str
     a connection of its own that is closed afterwards: a backend keeps the plans it made
     under a setting (plpgsql's in the triggers too) after the setting is reset, and a pooled
     one would hand them to later tests."""
-    owner = await f.user(pool, "standard")
-    lanes = [await f.campaign(pool, owner) for _ in range(60)]
+    owner = await f.user(pool)
+    lanes = [await f.lane(pool, owner) for _ in range(60)]
     for c in lanes:
         await insert_jobs(pool, c, 1, 60)
     a = await connect(dsn)
@@ -389,11 +362,11 @@ async def test_two_claims_at_once_share_the_lanes_whatever_the_plan(pool, dsn):
 
 
 async def test_a_lane_whose_work_is_all_deferred_does_not_hold_up_the_claim(pool):
-    pro, free = await f.user(pool, "pro"), await f.user(pool, "free")
-    waiting = [await f.campaign(pool, pro) for _ in range(30)]
+    owner = await f.user(pool)
+    waiting = [await f.lane(pool, owner, HIGH) for _ in range(30)]
     for c in waiting:
         await insert_jobs(pool, c, 2, 600, run_after_minutes=60)
-    ready = await f.campaign(pool, free)
+    ready = await f.lane(pool, owner, LOW)
     await insert_jobs(pool, ready, 5, 1)
     got = await q.claim(pool, f.lease(), await f.run(pool), 5)
     assert len(got) == 5 and {j.lane for j in got} == {ready}
@@ -417,7 +390,7 @@ async def true_heads(db, type_: str) -> dict:
 
 async def test_a_lanes_head_and_readiness_follow_every_transition(pool):
     owner = await f.user(pool)
-    a, b = await f.campaign(pool, owner), await f.campaign(pool, owner)
+    a, b = await f.lane(pool, owner), await f.lane(pool, owner)
     await insert_jobs(pool, a, 6, 60)
     await insert_jobs(pool, b, 3, 30)
     # the ownerless lane: due times out of step with age (the oldest job came due last)
@@ -478,8 +451,8 @@ async def test_a_batch_comes_back_oldest_first(pool):
 
     # Over lanes, the lanes choose the jobs (here all of them) and the batch is still
     # oldest first.
-    pro, free = await f.user(pool, "pro"), await f.user(pool, "free")
-    top, a, b = await f.campaign(pool, pro), await f.campaign(pool, free), await f.campaign(pool, free)
+    owner = await f.user(pool)
+    top, a, b = await f.lane(pool, owner, HIGH), await f.lane(pool, owner, LOW), await f.lane(pool, owner, LOW)
     b_jobs = await f.jobs(pool, "u", 2, lane=b)
     a_jobs = await f.jobs(pool, "u", 2, lane=a, start=await pool.fetchval("SELECT now() - interval '2 hours'"))
     top_jobs = await f.jobs(pool, "u", 2, lane=top)
