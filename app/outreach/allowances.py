@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 
-from app.outreach.sql import query
+from app.outreach.sql import statement
 from app.outreach.plans import DEFAULT_PLAN, OWNERLESS_PLAN, PLANS, Plan
 
 CHARGED = "charged"          # this call took a credit
@@ -31,7 +31,7 @@ async def campaign_plan(db, campaign_id: uuid.UUID | None) -> Plan:
     DEFAULT_PLAN, like the claim query's priority expression says."""
     if campaign_id is None:
         return PLANS[OWNERLESS_PLAN]
-    row = await db.fetchrow(query("campaign_plan"), campaign_id)
+    row = await db.fetchrow(*statement("campaign_plan").bind(campaign_id=campaign_id))
     if row is None or row["ownerless"]:
         return PLANS[OWNERLESS_PLAN]
     return PLANS.get(row["plan"] or DEFAULT_PLAN, PLANS[DEFAULT_PLAN])
@@ -39,7 +39,8 @@ async def campaign_plan(db, campaign_id: uuid.UUID | None) -> Plan:
 
 async def use_page(db, campaign_id: uuid.UUID, daily_pages: int) -> bool:
     """Count one page against today's allowance; False when it is used up."""
-    return await db.fetchval(query("usage_add_page"), campaign_id, daily_pages) is not None
+    return await db.fetchval(*statement("usage_add_page").bind(campaign_id=campaign_id,
+                                                               daily_pages=daily_pages)) is not None
 
 
 async def charge_credit(pool_or_conn, campaign_id: uuid.UUID, job_id: uuid.UUID,
@@ -60,9 +61,11 @@ async def _charge(conn, campaign_id, job_id, daily_credits) -> str:
         async with conn.transaction():
             # the ledger line first: a second charge of the same job waits on the unique
             # index and then finds the first one, so it can never pay twice
-            if await conn.fetchval(query("credit_charge"), campaign_id, job_id) is None:
+            if await conn.fetchval(*statement("credit_charge").bind(campaign_id=campaign_id,
+                                                                    job_id=job_id)) is None:
                 return ALREADY_CHARGED
-            if await conn.fetchval(query("usage_add_credit"), campaign_id, daily_credits) is None:
+            if await conn.fetchval(*statement("usage_add_credit").bind(campaign_id=campaign_id,
+                                                                       daily_credits=daily_credits)) is None:
                 raise _Spent()
             return CHARGED
     except _Spent:
@@ -73,9 +76,9 @@ async def refund_credit(db, job_id: uuid.UUID) -> int:
     """Give job `job_id`'s credit back, exactly once; returns the credits refunded (0 when
     the job was never charged or was refunded already). Run it in the transaction that
     marks the job failed, so the refund and the failure commit together."""
-    return await db.fetchval(query("credit_refund"), job_id)
+    return await db.fetchval(*statement("credit_refund").bind(job_id=job_id))
 
 
 async def usage_today(db, campaign_id: uuid.UUID) -> dict[str, int]:
-    row = await db.fetchrow(query("usage_today"), campaign_id)
+    row = await db.fetchrow(*statement("usage_today").bind(campaign_id=campaign_id))
     return {"pages": row["pages"], "credits": row["credits"]}

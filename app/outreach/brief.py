@@ -8,7 +8,7 @@ description, keywords, language), then queue the first crawl, of that page.
 from __future__ import annotations
 
 from app.engine.jobs import Job, NewJob
-from app.outreach.sql import query
+from app.outreach.sql import statement
 from app.pipeline.stage import Context
 from app.outreach.crawl import discover, lock_pages
 from app.outreach.html import parse_page, top_words
@@ -32,14 +32,15 @@ def brief_job(campaign_id) -> NewJob:
 
 async def _keep(conn, campaign_id, url: str, resp: Response | None, *, title="", description="",
                 keywords=(), language=None, note=None) -> None:
-    await conn.execute(query("brief_upsert"), campaign_id, url,
-                       resp.final_url if resp else None, resp.status if resp else None,
-                       title, description, list(keywords), language, note)
+    await conn.execute(*statement("brief_upsert").bind(
+        campaign_id=campaign_id, url=url, final_url=resp.final_url if resp else None,
+        status_code=resp.status if resp else None, title=title, description=description,
+        keywords=list(keywords), language=language, note=note))
 
 
 async def brief(job: Job, ctx: Context) -> None:
     campaign_of(job)  # a job with no campaign fails for good here
-    campaign = await ctx.db.fetchrow(query("campaign_site"), job.lane)
+    campaign = await ctx.db.fetchrow(*statement("campaign_site").bind(campaign_id=job.lane))
     if campaign is None:
         return  # deleted meanwhile
     try:

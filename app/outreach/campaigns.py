@@ -15,7 +15,7 @@ from app.outreach import store
 from app.engine import accounts
 from app.engine import jobs as q
 from app.engine.tenancy import act_as_default
-from app.outreach.sql import query
+from app.outreach.sql import statement
 from app.outreach.plans import DEFAULT_PLAN, PLANS, Plan
 from app.outreach.brief import brief_job
 from app.outreach.urls import BadUrl, normalize_url
@@ -91,7 +91,7 @@ async def add_campaign_in(conn, url: str, *, owner: str, plan: str | None = None
 
 async def lock_owner(conn, owner_id: uuid.UUID) -> None:
     """Hold the owner's row until the transaction ends: one campaign creation at a time each."""
-    await conn.execute(query("usage_owner_lock"), owner_id)
+    await conn.execute(*statement("usage_owner_lock").bind(owner_id=owner_id))
 
 
 async def check_campaign_limit(conn, owner_id: uuid.UUID, email: str, plan: Plan) -> None:
@@ -99,7 +99,7 @@ async def check_campaign_limit(conn, owner_id: uuid.UUID, email: str, plan: Plan
     on the owner's row until the caller's transaction ends: two creations at once for one
     owner count one after the other, so they cannot both slip under the limit."""
     await lock_owner(conn, owner_id)
-    campaigns = await conn.fetchval(query("usage_owner_campaigns"), owner_id)
+    campaigns = await conn.fetchval(*statement("usage_owner_campaigns").bind(owner_id=owner_id))
     if campaigns >= plan.max_campaigns:
         raise CampaignLimitError(email, plan, campaigns)
 

@@ -16,7 +16,7 @@ import argparse
 import json
 import uuid
 
-from app.cli_output import printable
+from app.cli.output import printable
 from app.engine import accounts
 from app.engine.db import connect
 from app.engine.tenancy import Actor, act_as

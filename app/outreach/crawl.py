@@ -20,7 +20,7 @@ from typing import Any
 
 from app.engine import jobs as q
 from app.engine.jobs import Job, NewJob
-from app.outreach.sql import query
+from app.outreach.sql import statement
 from app.pipeline.stage import Context, FailJob
 from app.outreach.html import ParsedPage, parse_page
 from app.outreach.scope import campaign_of, not_in_campaign, on_the_campaigns_site, payload_id
@@ -49,7 +49,7 @@ def crawl_job(campaign_id: uuid.UUID, page: Any) -> NewJob:
 async def lock_pages(conn, campaign_id: uuid.UUID) -> None:
     """Take the campaign's page-recording lock for the rest of the transaction: call it
     first in any transaction that discovers pages."""
-    await conn.execute(query("pages_lock"), campaign_id)
+    await conn.execute(*statement("pages_lock").bind(campaign_id=campaign_id))
 
 
 async def discover(conn, campaign_id: uuid.UUID, urls: list[str], depth: int) -> int:
@@ -58,7 +58,8 @@ async def discover(conn, campaign_id: uuid.UUID, urls: list[str], depth: int) ->
     urls = list(dict.fromkeys(urls))
     if not urls:
         return 0
-    new = await conn.fetch(query("pages_discover"), campaign_id, urls, depth)
+    new = await conn.fetch(*statement("pages_discover").bind(campaign_id=campaign_id, urls=urls,
+                                                             depth=depth))
     if new:
         await q.enqueue_many(conn, [crawl_job(campaign_id, p) for p in new])
     return len(new)
@@ -67,10 +68,11 @@ async def discover(conn, campaign_id: uuid.UUID, urls: list[str], depth: int) ->
 async def _record(conn, campaign_id: uuid.UUID, page_id, state: str, resp: Response | None = None, *,
                   title: str | None = None, body: str | None = None, note: str | None = None) -> None:
     await conn.execute(
-        query("page_record"), page_id, state,
-        resp.status if resp else None, resp.final_url if resp else None,
-        resp.content_type if resp else None, title, body, note if note is not None else (resp.note if resp else None),
-        campaign_id)
+        *statement("page_record").bind(
+            page_id=page_id, state=state, status_code=resp.status if resp else None,
+            final_url=resp.final_url if resp else None, content_type=resp.content_type if resp else None,
+            title=title, body=body, note=note if note is not None else (resp.note if resp else None),
+            campaign_id=campaign_id))
 
 
 def same_site_links(parsed: ParsedPage, page_url: str) -> list[str]:
@@ -114,7 +116,8 @@ async def store_response(ctx: Context, campaign_id: uuid.UUID, page, resp: Respo
         if final != page["url"]:
             # Redirected within the site: the content belongs to the page it landed on.
             await _record(conn, campaign_id, page["id"], "redirected", resp, note=f"redirected to {final}")
-            landed = await conn.fetch(query("pages_discover"), campaign_id, [final], depth)
+            landed = await conn.fetch(*statement("pages_discover").bind(campaign_id=campaign_id,
+                                                                        urls=[final], depth=depth))
             if not landed:
                 return  # that page is known already: its own crawl fetches it
             target_id = landed[0]["id"]
@@ -141,7 +144,7 @@ async def _page_for(job: Job, ctx: Context, campaign_id: uuid.UUID):
     """The campaign's page the job is about: by page_id, or by URL (recorded when new)."""
     if job.payload.get("page_id"):
         page_id = payload_id(job, "page_id")
-        page = await ctx.db.fetchrow(query("page_get"), page_id, campaign_id)
+        page = await ctx.db.fetchrow(*statement("page_get").bind(page_id=page_id, campaign_id=campaign_id))
         if page is None:
             raise not_in_campaign("page", page_id)
         return page
@@ -151,9 +154,9 @@ async def _page_for(job: Job, ctx: Context, campaign_id: uuid.UUID):
         raise FailJob(f"{url} is not on this job's campaign's site ({site or 'none'}); nothing was fetched")
     async with ctx.db.acquire() as conn, conn.transaction():
         await lock_pages(conn, campaign_id)
-        await conn.execute(query("pages_discover"), campaign_id, [url], 0)
+        await conn.execute(*statement("pages_discover").bind(campaign_id=campaign_id, urls=[url], depth=0))
         # new or known already: a retry finds the page its first attempt discovered
-        return await conn.fetchrow(query("page_by_url"), campaign_id, url)
+        return await conn.fetchrow(*statement("page_by_url").bind(campaign_id=campaign_id, url=url))
 
 
 async def crawl(job: Job, ctx: Context) -> None:
@@ -184,4 +187,5 @@ async def crawl_gave_up(job: Job, ctx: Context) -> None:
         url = None if page_id else _payload_url(job)
     except FailJob:
         return  # the payload named no page of this campaign: there is nothing to mark
-    await ctx.db.execute(query("page_give_up"), campaign_id, page_id, url, job.id)
+    await ctx.db.execute(*statement("page_give_up").bind(campaign_id=campaign_id, page_id=page_id, url=url,
+                                                         job_id=job.id))

@@ -15,7 +15,7 @@ from typing import Any
 from app.outreach import quota
 from app.outreach.plans import DEFAULT_PLAN, PLANS, Plan
 from app.outreach.settings import outreach_settings
-from app.outreach.sql import query
+from app.outreach.sql import statement
 
 ACCOUNTS_SHOWN = 50
 
@@ -53,7 +53,7 @@ async def dashboard_panels(db, actor, settings) -> list[dict[str, Any]]:
         "rows": [[day.units_left, day.spent, day.units, day.reserve]],
     }]
     rows = []
-    for r in await db.fetch(query("dashboard_allowances"), ACCOUNTS_SHOWN):
+    for r in await db.fetch(*statement("dashboard_allowances").bind(limit=ACCOUNTS_SHOWN)):
         plan = PLANS.get(r["plan"] or DEFAULT_PLAN, PLANS[DEFAULT_PLAN])
         share = plan.quota_share(s.quota_daily_units)
         rows.append([r["email"], plan.label, f"{r['quota_spent']} of {share}", max(share - r["quota_spent"], 0),

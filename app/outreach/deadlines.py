@@ -15,21 +15,22 @@ import uuid
 from datetime import datetime
 
 from app.engine.jobs import Job
-from app.outreach.sql import query
+from app.outreach.sql import statement
 from app.pipeline.stage import Context, Stage
 
 
 async def start_deadline(db, subject: str, due_at: datetime) -> uuid.UUID:
-    return await db.fetchval(query("deadline_start"), subject, due_at)
+    return await db.fetchval(*statement("deadline_start").bind(subject=subject, due_at=due_at))
 
 
 async def resolve_deadline(db, deadline_id: uuid.UUID) -> bool:
     """True if resolved in time; False if it had already breached (or was resolved)."""
-    return await db.fetchval(query("deadline_resolve"), deadline_id) is not None
+    return await db.fetchval(*statement("deadline_resolve").bind(deadline_id=deadline_id)) is not None
 
 
 async def check_deadline(job: Job, ctx: Context) -> None:
-    breached = await ctx.db.fetchrow(query("deadline_breach"), uuid.UUID(job.payload["deadline_id"]))
+    deadline_id = uuid.UUID(job.payload["deadline_id"])
+    breached = await ctx.db.fetchrow(*statement("deadline_breach").bind(deadline_id=deadline_id))
     if breached is not None:
         ctx.count("deadlines_breached")
         # here a real app would page someone, e.g. enqueue a notification job

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from app.outreach import allowances
 from app.engine.jobs import Job
-from app.outreach.sql import query
+from app.outreach.sql import statement
 from app.outreach.quota import next_utc_day
 from app.outreach.scope import campaign_of, not_in_campaign, payload_id
 from app.outreach.settings import outreach_settings
@@ -87,7 +87,8 @@ def llm_messages(row) -> list[dict[str, str]]:
 async def draft(job: Job, ctx: Context) -> None:
     campaign_id = campaign_of(job)
     contact_id = payload_id(job, "contact_id")
-    row = await ctx.db.fetchrow(query("draft_context"), contact_id, campaign_id)
+    row = await ctx.db.fetchrow(*statement("draft_context").bind(contact_id=contact_id,
+                                                                 campaign_id=campaign_id))
     if row is None:
         raise not_in_campaign("contact", contact_id)
     if row["draft_id"] is not None:
@@ -108,8 +109,11 @@ async def draft(job: Job, ctx: Context) -> None:
         ctx.count("tokens_spent", answer.tokens)
     else:
         body, model = template_draft(row), TEMPLATE
-    written = await ctx.db.fetchval(query("draft_insert"), campaign_id, contact_id, job.id, body,
-                                    model, prompt_tokens, completion_tokens)
+    written = await ctx.db.fetchval(*statement("draft_insert").bind(campaign_id=campaign_id,
+                                                                    contact_id=contact_id, job_id=job.id,
+                                                                    body=body, model=model,
+                                                                    prompt_tokens=prompt_tokens,
+                                                                    completion_tokens=completion_tokens))
     if written:
         ctx.count("drafts_written")
 
@@ -117,7 +121,7 @@ async def draft(job: Job, ctx: Context) -> None:
 async def refund_draft(job: Job, ctx: Context) -> None:
     """gave_up and cancelled: hand the job's credit back, once. ctx.db is the transaction
     that fails (or cancels) the job, so the refund commits with it or not at all."""
-    if await ctx.db.fetchval(query("draft_by_job"), job.id) is not None:
+    if await ctx.db.fetchval(*statement("draft_by_job").bind(job_id=job.id)) is not None:
         return  # the draft was delivered; the job died afterwards
     refunded = await allowances.refund_credit(ctx.db, job.id)
     if refunded:

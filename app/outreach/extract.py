@@ -21,7 +21,7 @@ from urllib.parse import unquote, urlsplit
 
 from app.engine import jobs as q
 from app.engine.jobs import Job, NewJob
-from app.outreach.sql import query
+from app.outreach.sql import statement
 from app.pipeline.stage import Context, FailJob
 from app.outreach.html import MAX_PARSE_CHARS, PageNotParsed, off_the_loop, parse_html
 from app.outreach.scope import campaign_of, not_in_campaign, payload_id
@@ -187,8 +187,9 @@ async def extract(jobs: list[Job], ctx: Context) -> dict[uuid.UUID, BaseExceptio
         except FailJob as exc:
             problems[job.id] = exc
     # each page is looked up in its own job's campaign, so one batch can mix campaigns
-    looked_up = await ctx.db.fetch(query("pages_for_extract"), [page for _, _, page in wanted],
-                                   [campaign for _, campaign, _ in wanted]) if wanted else []
+    looked_up = await ctx.db.fetch(*statement("pages_for_extract").bind(
+        page_ids=[page for _, _, page in wanted],
+        campaign_ids=[campaign for _, campaign, _ in wanted])) if wanted else []
     found = {(p["id"], p["campaign_id"]): p for p in looked_up}
     for job, campaign_id, page_id in wanted:
         if (page_id, campaign_id) not in found:
@@ -204,7 +205,10 @@ async def extract(jobs: list[Job], ctx: Context) -> dict[uuid.UUID, BaseExceptio
         rows = sorted(enumerate(rows), key=lambda r: (str(r[1][0]), r[1][2], r[0]))
         rows = [r for _, r in rows]
         async with ctx.db.acquire() as conn, conn.transaction():
-            new = await conn.fetch(query("contacts_insert"), *map(list, zip(*rows)))
+            campaign_ids, kinds, values, handles, page_ids, page_urls = map(list, zip(*rows))
+            new = await conn.fetch(*statement("contacts_insert").bind(
+                campaign_ids=campaign_ids, kinds=kinds, values=values, handles=handles,
+                page_ids=page_ids, page_urls=page_urls))
             if new:
                 await q.enqueue_many(conn, [
                     NewJob(type=DRAFT, lane=r["campaign_id"], payload={"contact_id": str(r["id"])},

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 
-from app.outreach.sql import query
+from app.outreach.sql import statement
 
 # Triggers of runs a person started, which may dip into the reserve: `skiplock
 # run-once` (manual) and a curl of /cron/pipeline (http). Everything else -- the schedule
@@ -55,10 +55,11 @@ async def spend(db, units: int, trigger: str, *, daily_units: int, reserve: int)
     if daily_units < 0 or reserve < 0:
         raise ValueError("the daily units and the reserve must be zero or more")
     person = may_use_reserve(trigger)
-    left = await db.fetchval(query("quota_spend"), daily_units, reserve, units, person)
+    left = await db.fetchval(*statement("quota_spend").bind(daily_units=daily_units, reserve=reserve,
+                                                            units=units, person=person))
     if left is not None:
         return Spend(OK, left)
-    row = await db.fetchrow(query("quota_state"))
+    row = await db.fetchrow(*statement("quota_state").bind())
     left = row["units_left"] if row else daily_units
     if left < units or left <= 0:
         return Spend(EXHAUSTED, max(left, 0))
@@ -72,13 +73,14 @@ async def spend_share(db, campaign_id, units: int, *, share: int) -> bool:
     owner is the operator's: no share applies."""
     if units < 1:
         raise ValueError("spend at least one unit")
-    row = await db.fetchrow(query("quota_user_spend"), campaign_id, share, units)
+    row = await db.fetchrow(*statement("quota_user_spend").bind(campaign_id=campaign_id, share=share,
+                                                                units=units))
     return row["owner"] is None or row["spent"] is not None
 
 
 async def share_spent_today(db, user_id) -> int:
     """Units of the shared quota `user_id`'s campaigns spent today (UTC)."""
-    return await db.fetchval(query("quota_user_today"), user_id)
+    return await db.fetchval(*statement("quota_user_today").bind(user_id=user_id))
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ class QuotaDay:
 
 async def today(db, *, daily_units: int, reserve: int) -> QuotaDay:
     """Today's ledger (or the settings' numbers, when nothing was spent yet today)."""
-    row = await db.fetchrow(query("quota_state"))
+    row = await db.fetchrow(*statement("quota_state").bind())
     if row is None:
         return QuotaDay(datetime.now(timezone.utc).date(), daily_units, reserve, 0, daily_units)
     return QuotaDay(row["day"], row["units"], row["reserve"], row["spent"], row["units_left"])

@@ -24,7 +24,7 @@ import uuid
 from typing import Any
 
 from app.engine.jobs import DEFAULT_LANE, Job
-from app.outreach.sql import query
+from app.outreach.sql import statement
 from app.outreach.urls import BadUrl, normalize_url, same_site
 from app.pipeline.stage import FailJob, JobRefused
 
@@ -56,7 +56,7 @@ async def on_the_campaigns_site(db, campaign_id: uuid.UUID, url: str) -> tuple[b
     """Whether `url` (normalized) is on the campaign's site (campaigns.url), and that site
     (None: no such campaign, or it has none). The crawl's rule, asked by its handler and
     where people enqueue."""
-    campaign = await db.fetchrow(query("campaign_site"), campaign_id)
+    campaign = await db.fetchrow(*statement("campaign_site").bind(campaign_id=campaign_id))
     site = campaign["url"] if campaign else None
     return bool(site) and same_site(url, site), site
 
@@ -66,9 +66,10 @@ def _needs_a_campaign(lane: uuid.UUID) -> None:
         raise JobRefused("this job has no campaign: name the campaign's id as its lane")
 
 
-async def _must_be_the_campaigns(db, sql: str, what: str, row_id: Any, lane: uuid.UUID) -> None:
-    """Refuses the job unless `sql` finds the row in the lane's campaign. `db` is the
-    enqueuer's: over the API the tenant's, where another tenant's row is not found at all.
+async def _must_be_the_campaigns(db, name: str, what: str, row_id: Any, lane: uuid.UUID) -> None:
+    """Refuses the job unless statement `name` (of <what>_id and campaign_id) finds the row
+    in the lane's campaign. `db` is the enqueuer's: over the API the tenant's, where
+    another tenant's row is not found at all.
     A retry asks about a payload as stored, which no model may have checked (one the
     pipeline or an older version queued): an id that is no UUID is refused too."""
     _needs_a_campaign(lane)
@@ -76,20 +77,20 @@ async def _must_be_the_campaigns(db, sql: str, what: str, row_id: Any, lane: uui
         row_uuid = uuid.UUID(str(row_id))
     except ValueError:
         raise JobRefused(f"{what}_id {str(row_id)[:100]!r} is not a {what} id (a UUID)") from None
-    if not await db.fetchval(sql, row_uuid, lane):
+    if not await db.fetchval(*statement(name).bind(**{f"{what}_id": row_uuid, "campaign_id": lane})):
         raise JobRefused(f"{what} {row_id} is not in campaign {lane}", {f"{what}_id": row_id})
 
 
 async def page_of_the_campaign(db, lane: uuid.UUID, payload: dict[str, Any]) -> None:
     """Stage.accepts of extract: the page is the campaign's."""
-    await _must_be_the_campaigns(db, query("page_in_campaign"), "page", payload.get("page_id"), lane)
+    await _must_be_the_campaigns(db, "page_in_campaign", "page", payload.get("page_id"), lane)
 
 
 async def crawl_of_the_campaign(db, lane: uuid.UUID, payload: dict[str, Any]) -> None:
     """Stage.accepts of crawl: a page_id is the campaign's, a URL is on the campaign's
     site (what the handler would refuse after a claim is refused before the queue)."""
     if payload.get("page_id"):  # as the handler reads it (crawl.py's _page_for)
-        await _must_be_the_campaigns(db, query("page_in_campaign"), "page", payload["page_id"], lane)
+        await _must_be_the_campaigns(db, "page_in_campaign", "page", payload["page_id"], lane)
         return
     _needs_a_campaign(lane)
     try:
@@ -103,4 +104,4 @@ async def crawl_of_the_campaign(db, lane: uuid.UUID, payload: dict[str, Any]) ->
 
 async def contact_of_the_campaign(db, lane: uuid.UUID, payload: dict[str, Any]) -> None:
     """Stage.accepts of draft: the contact is the campaign's."""
-    await _must_be_the_campaigns(db, query("contact_in_campaign"), "contact", payload.get("contact_id"), lane)
+    await _must_be_the_campaigns(db, "contact_in_campaign", "contact", payload.get("contact_id"), lane)

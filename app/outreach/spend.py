@@ -9,7 +9,7 @@ import uuid
 
 from app.outreach import allowances, quota
 from app.outreach.settings import outreach_settings
-from app.outreach.sql import query
+from app.outreach.sql import statement
 from app.pipeline.stage import Context, DeferJob, StopRun
 
 UNITS_PER_FETCH = 1
@@ -48,8 +48,9 @@ async def spend_fetch(ctx: Context, campaign_id: uuid.UUID) -> None:
             # the rest of the backlog waits too, on the same connection once the spend's
             # transaction is rolled back (a second one from the pool while holding this
             # one could wait for ever, and a run keeps to two)
-            await conn.execute(query("fetches_wait"), campaign_id, used_up.until, FETCH_TYPES,
-                               used_up.owner_wide)
+            await conn.execute(*statement("fetches_wait").bind(campaign_id=campaign_id, until=used_up.until,
+                                                               types=FETCH_TYPES,
+                                                               owner_wide=used_up.owner_wide))
             raise
     ctx.add_units(UNITS_PER_FETCH)
 

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from app.engine.queries import statement as queue_statement  # users are the queue's
-from app.outreach.sql import query
+from app.outreach.sql import statement
 from app.outreach.plans import DEFAULT_PLAN, OWNERLESS_PLAN
 
 CAMPAIGN_STATUSES = ("active", "paused")  # campaigns.status's CHECK; a paused campaign's lane is skipped
@@ -28,7 +28,8 @@ async def ensure_owner(conn, email: str, plan: str | None) -> tuple[uuid.UUID, s
     """The owner with this e-mail and their plan, created (on `plan`, else the default
     plan) when new. Asking for a plan the owner is not on raises PlanConflict."""
     row = await _insert_or_read(conn, *queue_statement("user_ensure").bind(email=email))
-    sub = await _insert_or_read(conn, query("subscription_ensure"), row["id"], plan or DEFAULT_PLAN)
+    sub = await _insert_or_read(conn, *statement("subscription_ensure").bind(user_id=row["id"],
+                                                                             plan=plan or DEFAULT_PLAN))
     if plan is not None and sub["plan"] != plan:
         raise PlanConflict(email, sub["plan"], plan)
     return row["id"], sub["plan"]
@@ -44,12 +45,12 @@ async def _insert_or_read(conn, sql: str, *args):
 
 async def set_plan(conn, user_id: uuid.UUID, plan: str) -> None:
     """Put the user on `plan` (a name in PLANS; callers check it)."""
-    await conn.execute(query("subscription_set"), user_id, plan)
+    await conn.execute(*statement("subscription_set").bind(user_id=user_id, plan=plan))
 
 
 async def owner_plan(conn, owner_id: uuid.UUID, email: str, plan: str | None) -> str:
     """An existing owner's plan; asking for another raises PlanConflict."""
-    current = await conn.fetchval(query("user_plan"), owner_id) or DEFAULT_PLAN
+    current = await conn.fetchval(*statement("user_plan").bind(owner_id=owner_id)) or DEFAULT_PLAN
     if plan is not None and plan != current:
         raise PlanConflict(email, current, plan)
     return current
@@ -57,16 +58,16 @@ async def owner_plan(conn, owner_id: uuid.UUID, email: str, plan: str | None) ->
 
 async def insert_campaign(conn, owner_id: uuid.UUID | None, name: str, url: str):
     """The new campaign's row; None when the owner has a campaign on `url` already."""
-    return await conn.fetchrow(query("campaign_insert"), owner_id, name, url)
+    return await conn.fetchrow(*statement("campaign_insert").bind(owner_id=owner_id, name=name, url=url))
 
 
 async def campaign_by_url(conn, owner_id: uuid.UUID, url: str):
-    return await conn.fetchrow(query("campaign_by_url"), owner_id, url)
+    return await conn.fetchrow(*statement("campaign_by_url").bind(owner_id=owner_id, url=url))
 
 
 async def set_campaign_status(db, campaign_id: uuid.UUID, status: str) -> bool | None:
     """Whether the status changed now (False: it was that already); None: no such campaign."""
-    row = await db.fetchrow(query("campaign_set_status"), campaign_id, status)
+    row = await db.fetchrow(*statement("campaign_set_status").bind(campaign_id=campaign_id, status=status))
     return None if row is None else row["changed"]
 
 
@@ -81,7 +82,7 @@ def _with_plan(row) -> dict[str, Any]:
 
 
 async def get_campaign(db, campaign_id: uuid.UUID) -> dict[str, Any] | None:
-    row = await db.fetchrow(query("campaign_get"), campaign_id)
+    row = await db.fetchrow(*statement("campaign_get").bind(campaign_id=campaign_id))
     return None if row is None else _with_plan(row)
 
 
@@ -91,20 +92,21 @@ async def list_campaigns(db, *, status: str | None = None, after: tuple[datetime
     `own`, for a tenant's transaction: read its own campaigns only (the same rows row-level
     security would leave, at a cost that grows with them, not with every tenant's)."""
     at, last_id = after if after else (None, None)
-    rows = await db.fetch(query("campaigns_page"), status, at, last_id, limit, own)
+    rows = await db.fetch(*statement("campaigns_page").bind(status=status, at=at, last_id=last_id,
+                                                            limit=limit, own=own))
     return [_with_plan(r) for r in rows]
 
 
 async def campaign_exists(db, campaign_id: uuid.UUID) -> bool:
-    return await db.fetchrow(query("campaign_site"), campaign_id) is not None
+    return await db.fetchrow(*statement("campaign_site").bind(campaign_id=campaign_id)) is not None
 
 
 async def any_campaign(db) -> bool:
-    return await db.fetchval(query("campaigns_exist"))
+    return await db.fetchval(*statement("campaigns_exist").bind())
 
 
 async def lock_demo_seed(conn) -> None:
-    await conn.execute(query("seed_demo_lock"))
+    await conn.execute(*statement("seed_demo_lock").bind())
 
 
 async def list_contacts(db, campaign_id: uuid.UUID, *, after: tuple[datetime, uuid.UUID] | None = None,
@@ -113,5 +115,6 @@ async def list_contacts(db, campaign_id: uuid.UUID, *, after: tuple[datetime, uu
     id): in the order found, or newest first (as the API's list pages go)."""
     at, last_id = after if after else (None, None)
     name = "contacts_page" if newest_first else "contacts_list"
-    rows = await db.fetch(query(name), campaign_id, at, last_id, limit)
+    rows = await db.fetch(*statement(name).bind(campaign_id=campaign_id, at=at, last_id=last_id,
+                                                limit=limit))
     return [dict(r) for r in rows]

@@ -21,7 +21,7 @@ from app.outreach.campaigns import add_campaign_in, seed_demo
 from app.outreach.commands import add_commands
 from app.outreach.sample import SAMPLE_SITE_URL
 from app.outreach.settings import using_outreach_settings
-from app.outreach.sql import SQL, query as outreach_query
+from app.outreach.sql import SQL, statement
 from app.outreach.store import set_plan
 from app.outreach.web import WebClient
 from bench.explain import explain, rows_filtered_away
@@ -206,12 +206,14 @@ async def test_a_deep_page_of_campaigns_reads_the_index_not_the_table(pool):
     at, last_id = await pool.fetchrow(
         "SELECT created_at, id FROM campaigns ORDER BY created_at DESC, id DESC OFFSET 2000 LIMIT 1")
     async with pool.acquire() as conn:
-        plan = await explain(conn, outreach_query("campaigns_page"), (None, at, last_id, 51, False))
+        sql, *args = statement("campaigns_page").bind(status=None, at=at, last_id=last_id, limit=51, own=False)
+        plan = await explain(conn, sql, tuple(args))
     assert "Index Scan Backward using campaigns_listing_idx" in plan, plan
     # the page's rows in order (a sort of the page's at most 51, not of every campaign)
     assert all(int(n) <= 51 for n in re.findall(r"Sort \(actual[^\n]*rows=(\d+)", plan)), plan
     # it starts at the cursor, not at the newest row with the 2,000 newer ones filtered away
-    assert "Index Cond: (ROW(created_at, id) < ROW(COALESCE($2" in plan, plan
+    at_ = f"${statement('campaigns_page').names.index('at') + 1}"
+    assert f"Index Cond: (ROW(created_at, id) < ROW(COALESCE({at_}" in plan, plan
     assert "Rows Removed by Filter" not in plan, plan
 
 
@@ -226,9 +228,11 @@ async def test_a_deep_page_of_contacts_reads_the_index_not_the_campaign(pool, na
     at, last_id = await pool.fetchrow(
         "SELECT created_at, id FROM contacts ORDER BY created_at DESC, id DESC OFFSET 1500 LIMIT 1")
     async with pool.acquire() as conn:
-        plan = await explain(conn, outreach_query(name), (campaign, at, last_id, 51))
+        sql, *args = statement(name).bind(campaign_id=campaign, at=at, last_id=last_id, limit=51)
+        plan = await explain(conn, sql, tuple(args))
     assert f"Index Scan {order} using contacts_listing_idx".replace("  ", " ") in plan, plan
-    assert "COALESCE($2" in plan.split("Index Cond:")[1].split("\n")[0], plan
+    at_ = f"${statement(name).names.index('at') + 1}"
+    assert f"COALESCE({at_}" in plan.split("Index Cond:")[1].split("\n")[0], plan
     assert "Sort" not in plan and "Rows Removed by Filter" not in plan, plan
 
 
@@ -249,7 +253,8 @@ async def test_a_tenants_campaign_page_reads_its_own_campaigns(pool):
             for own in (False, True):
                 seen, after = [], (None, None)
                 while True:
-                    rows = await conn.fetch(outreach_query("campaigns_page"), status, *after, 3, own)
+                    rows = await conn.fetch(*statement("campaigns_page").bind(
+                        status=status, at=after[0], last_id=after[1], limit=3, own=own))
                     seen += [r["id"] for r in rows]
                     if len(rows) < 3:
                         break
@@ -257,7 +262,8 @@ async def test_a_tenants_campaign_page_reads_its_own_campaigns(pool):
                 pages[own] = seen
             assert pages[True] == pages[False], status
             assert set(pages[True]) == {None: {*mine, paused}, "active": set(mine), "paused": {paused}}[status]
-        plan = await explain(conn, outreach_query("campaigns_page"), (None, None, None, 51, True))
+        sql, *args = statement("campaigns_page").bind(status=None, at=None, last_id=None, limit=51, own=True)
+        plan = await explain(conn, sql, tuple(args))
     assert "campaigns_owner_listing_idx" in plan, plan
     removed = rows_filtered_away(plan)
     assert all(n < 100 for n in removed), plan

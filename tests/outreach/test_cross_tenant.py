@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from app.engine import jobs as q
 from app.engine.jobs import Job, NewJob
-from app.outreach.sql import query
+from app.outreach.sql import statement
 from app.outreach import STAGES
 from app.outreach.extract import extract
 from app.pipeline.stage import Context, FailJob, Tally
@@ -274,7 +274,7 @@ async def test_a_crawl_by_url_fetches_a_page_a_killed_attempt_left_queued(pool, 
     url = f"{bobs_site.url}/flaky"
     # the first attempt recorded the page and its process died before fetching it
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(query("pages_discover"), bob, [url], 0)
+        await conn.execute(*statement("pages_discover").bind(campaign_id=bob, urls=[url], depth=0))
     job = await _crawl_by_url(pool, bob, url)
     await pool.execute("UPDATE jobs SET attempts = 1 WHERE id = $1", job)  # swept and back to pending
     await run(pool)

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from app.outreach.sql import query
+from app.outreach.sql import statement
 from app.outreach import quota
 from app.outreach.campaigns import CampaignLimitError, add_campaign
 from app.outreach.crawl import discover, lock_pages
@@ -77,7 +77,7 @@ async def test_creations_for_one_owner_queue_on_the_owners_row(pool):
                                    "AND datname = current_database()")
 
     async with pool.acquire() as holder, holder.transaction():
-        await holder.execute(query("usage_owner_lock"), owner)
+        await holder.execute(*statement("usage_owner_lock").bind(owner_id=owner))
         tasks = [asyncio.create_task(one(i)) for i in range(8)]
         while not all(t.done() for t in tasks) and await waiting_on_locks() < len(tasks):
             await asyncio.sleep(0.02)

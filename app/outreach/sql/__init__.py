@@ -1,10 +1,12 @@
 """The example's SQL, package data beside its code, which its Plugin declares (Plugin.sql):
 migrations/NNNN_name.sql, its schema (recorded as outreach/NNNN_name), and
-queries/<name>.sql, its named statements, loaded by name with query("<name>")."""
+queries/<name>.sql, its named statements, loaded by name with statement("<name>") and
+called with keyword arguments (statement("<name>").bind(...))."""
 
 from importlib.resources import files
 
-from app.engine.queries import queries_of
+from app.engine.queries import queries_of, statements_of
 
 SQL = files(__name__)
 query = queries_of(SQL)
+statement = statements_of(SQL)

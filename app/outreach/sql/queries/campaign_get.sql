@@ -14,4 +14,4 @@ FROM campaigns c
 LEFT JOIN users u ON u.id = c.user_id
 LEFT JOIN subscriptions s ON s.user_id = c.user_id
 LEFT JOIN briefs b ON b.campaign_id = c.id
-WHERE c.id = $1
+WHERE c.id = :campaign_id

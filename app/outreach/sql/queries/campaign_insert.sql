@@ -1,5 +1,5 @@
--- A new active campaign for owner $1, named $2, on site $3; no row when the owner has a
+-- A new active campaign for owner :owner_id, named :name, on site :url; no row when the owner has a
 -- campaign on that site already (campaigns_owner_url_key: campaign_by_url.sql finds it).
-INSERT INTO campaigns (user_id, name, url) VALUES ($1, $2, $3)
+INSERT INTO campaigns (user_id, name, url) VALUES (:owner_id, :name, :url)
 ON CONFLICT (user_id, url) WHERE NOT duplicate DO NOTHING
 RETURNING id, user_id, name, url, status, created_at

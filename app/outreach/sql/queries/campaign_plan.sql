@@ -3,4 +3,4 @@
 SELECT c.user_id IS NULL AS ownerless, s.plan
 FROM campaigns c
 LEFT JOIN subscriptions s ON s.user_id = c.user_id
-WHERE c.id = $1
+WHERE c.id = :campaign_id

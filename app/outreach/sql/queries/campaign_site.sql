@@ -1,1 +1,1 @@
-SELECT id, url, name, status FROM campaigns WHERE id = $1
+SELECT id, url, name, status FROM campaigns WHERE id = :campaign_id

@@ -1,6 +1,6 @@
 -- A page of campaigns, newest first over (created_at, id): those row-level security lets
--- the caller see (a user's own; every one with an admin key). $1: only this status, or
--- NULL; $2, $3: after this keyset (created_at, id), or NULL; $4: how many; $5: the caller
+-- the caller see (a user's own; every one with an admin key). :status: only this status, or
+-- NULL; :at, :last_id: after this keyset (created_at, id), or NULL; :limit: how many; :own: the caller
 -- is a tenant. The keyset is one row comparison that is never NULL.
 --
 -- An admin's page walks campaigns_listing_idx from the cursor on. A tenant's reads its
@@ -9,19 +9,19 @@
 -- is switched off before it runs.
 WITH page AS (
     (SELECT c.* FROM campaigns c
-     WHERE NOT $5::boolean AND ($1::text IS NULL OR c.status = $1)
-       AND (c.created_at, c.id) < (coalesce($2::timestamptz, 'infinity'),
-                                   coalesce($3::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+     WHERE NOT :own::boolean AND (:status::text IS NULL OR c.status = :status)
+       AND (c.created_at, c.id) < (coalesce(:at::timestamptz, 'infinity'),
+                                   coalesce(:last_id::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
      ORDER BY c.created_at DESC, c.id DESC
-     LIMIT $4)
+     LIMIT :limit)
     UNION ALL
     (SELECT c.* FROM campaigns c
-     WHERE $5 AND c.user_id >= (SELECT app_user_id()) AND c.user_id <= (SELECT app_user_id())
-       AND ($1 IS NULL OR c.status = $1)
-       AND (c.created_at, c.id) < (coalesce($2, 'infinity'),
-                                   coalesce($3, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+     WHERE :own AND c.user_id >= (SELECT app_user_id()) AND c.user_id <= (SELECT app_user_id())
+       AND (:status IS NULL OR c.status = :status)
+       AND (c.created_at, c.id) < (coalesce(:at, 'infinity'),
+                                   coalesce(:last_id, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
      ORDER BY c.user_id DESC, c.created_at DESC, c.id DESC
-     LIMIT $4)
+     LIMIT :limit)
 )
 SELECT c.id, c.name, c.url, c.status, c.created_at,
        u.email AS owner, c.user_id IS NULL AS ownerless, s.plan,

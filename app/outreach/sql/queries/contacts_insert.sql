@@ -2,7 +2,7 @@
 -- A value a campaign already has is skipped; only the new contacts come back.
 INSERT INTO contacts (campaign_id, kind, value, handle, page_id, page_url)
 SELECT u.campaign_id, u.kind, u.value, u.handle, u.page_id, u.page_url
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[]) WITH ORDINALITY
+FROM unnest(:campaign_ids::uuid[], :kinds::text[], :values::text[], :handles::text[], :page_ids::uuid[], :page_urls::text[]) WITH ORDINALITY
      AS u(campaign_id, kind, value, handle, page_id, page_url, n)
 ORDER BY u.n
 ON CONFLICT (campaign_id, value) DO NOTHING

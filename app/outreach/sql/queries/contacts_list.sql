@@ -1,12 +1,12 @@
--- Campaign $1's contacts in the order they were found, after the keyset ($2, $3)
--- (created_at, id) when given, at most $4; with the draft written for each, if any.
+-- Campaign :campaign_id's contacts in the order they were found, after the keyset (:at, :last_id)
+-- (created_at, id) when given, at most :limit; with the draft written for each, if any.
 -- The keyset is never NULL, so contacts_listing_idx serves the page from the cursor on.
 SELECT k.id, k.kind, k.value, k.handle, k.page_url, k.created_at,
        d.id AS draft_id, d.body AS draft, d.model AS draft_model, d.created_at AS drafted_at
 FROM contacts k
 LEFT JOIN drafts d ON d.contact_id = k.id
-WHERE k.campaign_id = $1
-  AND (k.created_at, k.id) > (coalesce($2::timestamptz, '-infinity'),
-                               coalesce($3::uuid, '00000000-0000-0000-0000-000000000000'))
+WHERE k.campaign_id = :campaign_id
+  AND (k.created_at, k.id) > (coalesce(:at::timestamptz, '-infinity'),
+                               coalesce(:last_id::uuid, '00000000-0000-0000-0000-000000000000'))
 ORDER BY k.created_at, k.id
-LIMIT $4
+LIMIT :limit

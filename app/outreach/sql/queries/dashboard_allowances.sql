@@ -1,5 +1,5 @@
 -- The dashboard's allowances: each account the caller can see (row-level security: a
--- tenant itself, an admin everyone; at most $1), its plan (NULL: the default plan), what
+-- tenant itself, an admin everyone; at most :limit), its plan (NULL: the default plan), what
 -- it spent today (UTC) of its share of the shared quota, and its campaigns' pages and
 -- drafts today.
 SELECT u.id, u.email, s.plan,
@@ -14,4 +14,4 @@ LEFT JOIN LATERAL (
     WHERE k.user_id = u.id AND g.day = (now() AT TIME ZONE 'UTC')::date
 ) c ON true
 ORDER BY u.email
-LIMIT $1
+LIMIT :limit

@@ -1,1 +1,1 @@
-SELECT id FROM drafts WHERE job_id = $1
+SELECT id FROM drafts WHERE job_id = :job_id

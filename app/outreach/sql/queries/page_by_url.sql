@@ -1,3 +1,3 @@
--- Campaign $1's page for the normalised URL $2, whatever its state.
+-- Campaign :campaign_id's page for the normalised URL :url, whatever its state.
 SELECT id, campaign_id, url, depth, state, status_code, final_url, content_type, title, body, note
-FROM pages WHERE campaign_id = $1 AND url = $2
+FROM pages WHERE campaign_id = :campaign_id AND url = :url

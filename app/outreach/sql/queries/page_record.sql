@@ -1,7 +1,7 @@
--- What fetching page $1 of campaign $9 found. $2 state, $3 HTTP status, $4 final URL,
--- $5 content type, $6 title, $7 body, $8 note. Another campaign's page is not touched.
+-- What fetching page :page_id of campaign :campaign_id found. :state state, :status_code HTTP status, :final_url final URL,
+-- :content_type content type, :title title, :body body, :note note. Another campaign's page is not touched.
 UPDATE pages
-SET state = $2, status_code = $3, final_url = $4, content_type = $5, title = $6, body = $7,
-    note = $8, fetched_at = now()
-WHERE id = $1 AND campaign_id = $9
+SET state = :state, status_code = :status_code, final_url = :final_url, content_type = :content_type, title = :title, body = :body,
+    note = :note, fetched_at = now()
+WHERE id = :page_id AND campaign_id = :campaign_id
 RETURNING id

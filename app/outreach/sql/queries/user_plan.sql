@@ -1,1 +1,1 @@
-SELECT plan FROM subscriptions WHERE user_id = $1
+SELECT plan FROM subscriptions WHERE user_id = :owner_id
