@@ -30,19 +30,20 @@ async def load_history(pool):
     await pool.execute("""
         SELECT set_config('app.current_actor_kind', 'system', true);
         INSERT INTO users (email) SELECT 'u' || g || '@example.com' FROM generate_series(1, 50) g;
-        INSERT INTO subscriptions (user_id, plan)
-            SELECT id, (ARRAY['free', 'standard', 'pro'])[1 + (row_number() OVER ()) % 3] FROM users;
-        INSERT INTO campaigns (user_id) SELECT id FROM users, generate_series(1, 4);
+        INSERT INTO lanes (id, owner_id, priority)
+            SELECT gen_random_uuid(), u.id, u.priority
+            FROM (SELECT id, (ARRAY[-10, 0, 10])[1 + (row_number() OVER ()) % 3] AS priority FROM users) u,
+                 generate_series(1, 4);
     """)
-    # a day of finished work, then a backlog: 20 pending jobs per campaign
+    # a day of finished work, then a backlog: 20 pending jobs per lane
     await pool.execute(f"""
         INSERT INTO jobs (type, lane, status, attempts, locked_at, finished_at, created_at)
         SELECT 't', c.id, 'done', 1, now() - interval '2 hours', now() - interval '1 hour',
                now() - interval '3 hours'
-        FROM (SELECT id, row_number() OVER () AS n FROM campaigns) c
+        FROM (SELECT id, row_number() OVER () AS n FROM lanes) c
         JOIN generate_series(1, {DONE_ROWS}) g ON g % 200 = c.n - 1;
         INSERT INTO jobs (type, lane, created_at)
-        SELECT 't', c.id, now() - g * interval '1 ms' FROM campaigns c, generate_series(1, 20) g;
+        SELECT 't', c.id, now() - g * interval '1 ms' FROM lanes c, generate_series(1, 20) g;
         ANALYZE;
     """)
 
@@ -74,23 +75,21 @@ DEFERRED_LANES = 2_000
 
 
 async def load_lanes(pool):
-    """5,000 campaigns with two ready jobs each, plans mixed; ahead of them in the claim
-    order, 2,000 pro campaigns whose (older) jobs are all deferred for an hour."""
+    """5,000 lanes with two ready jobs each, priorities mixed; ahead of them in the claim
+    order, 2,000 lanes of the highest priority whose (older) jobs are all deferred for an hour."""
     await pool.execute(f"""
         SELECT set_config('app.current_actor_kind', 'system', true);
         INSERT INTO users (email)
             SELECT 'lane' || g || '@example.com' FROM generate_series(1, {LANES_WITH_WORK + DEFERRED_LANES}) g;
-        INSERT INTO subscriptions (user_id, plan)
-            SELECT id, CASE WHEN n <= {DEFERRED_LANES} THEN 'pro'
-                            ELSE (ARRAY['free', 'standard', 'pro'])[1 + n % 3] END
+        INSERT INTO lanes (id, owner_id, priority)
+            SELECT gen_random_uuid(), id, CASE WHEN n <= {DEFERRED_LANES} THEN 10 ELSE (ARRAY[-10, 0, 10])[1 + n % 3] END
             FROM (SELECT id, row_number() OVER (ORDER BY email) AS n FROM users) u;
-        INSERT INTO campaigns (user_id, name) SELECT id, email FROM users;
         INSERT INTO jobs (type, lane, created_at, run_after)
             SELECT 't', c.id, now() - interval '1 day' - g * interval '1 ms', now() + interval '1 hour'
-            FROM campaigns c JOIN subscriptions s ON s.user_id = c.user_id, generate_series(1, 2) g
-            WHERE c.name IN (SELECT 'lane' || g || '@example.com' FROM generate_series(1, {DEFERRED_LANES}) g);
+            FROM lanes c JOIN users u ON u.id = c.owner_id, generate_series(1, 2) g
+            WHERE u.email IN (SELECT 'lane' || g || '@example.com' FROM generate_series(1, {DEFERRED_LANES}) g);
         INSERT INTO jobs (type, lane, created_at)
-            SELECT 't', c.id, now() - g * interval '1 ms' FROM campaigns c, generate_series(1, 2) g
+            SELECT 't', c.id, now() - g * interval '1 ms' FROM lanes c, generate_series(1, 2) g
             WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.lane = c.id);
         ANALYZE;
     """)
