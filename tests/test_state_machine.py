@@ -70,7 +70,7 @@ class Queue:
         return self.do(self.pool.fetch(text, *args))
 
     def new_lane(self) -> uuid.UUID:
-        return self.do(f.campaign(self.pool, self.do(f.user(self.pool, "pro"))))
+        return self.do(f.lane(self.pool, self.do(f.user(self.pool))))
 
     def new_run(self) -> uuid.UUID:
         return self.do(f.run(self.pool))
@@ -449,8 +449,8 @@ async def test_a_lane_with_deferred_work_does_not_shorten_a_claim(pool):
     """Lane L has one job due and one deferred for an hour; lane M, served more, has one job
     due. A claim of 2 must take both due jobs: it took L's only, and M's waited for the
     next claim (found by the machine with a claim asserting it is as full as it can be)."""
-    owner = await f.user(pool, "pro")
-    busy, quiet = await f.campaign(pool, owner), await f.campaign(pool, owner)
+    owner = await f.user(pool)
+    busy, quiet = await f.lane(pool, owner), await f.lane(pool, owner)
     run = await f.run(pool)
     for _ in range(3):  # `busy` has been served three times
         await enqueue(pool, NewJob("a", lane=busy))
