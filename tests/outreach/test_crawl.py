@@ -54,7 +54,7 @@ async def test_one_run_crawls_the_site_and_records_every_outcome(pool, site):
     drafts = await pool.fetchval("SELECT count(*) FROM drafts WHERE campaign_id = $1", cid)
     assert drafts == 5
 
-    s = result.summary
+    s = result.summary["counts"]
     assert s["contacts_found"] == 5 and s["drafts_written"] == 5 and s["briefs_written"] == 1
     # one quota unit per fetch tried (answered or not), counted on the runs row: the brief,
     # then every page but the blocked one (/new came with /old's redirect)

@@ -42,7 +42,7 @@ async def test_the_first_tick_finds_the_contacts_and_drafts_them(pool, make_app,
     assert pages["blog"]["state"] == "redirected" and pages["blog/"]["state"] == "fetched"
     assert not [u for u in pages if "example.org" in u]
     assert len(pages) == 14  # 11 public pages, the blocked one, the broken link, /blog
-    s = result.summary
+    s = result.summary["counts"]
     assert s["contacts_found"] == len(EXPECTED) and s["drafts_written"] == len(EXPECTED)
     brief = await pool.fetchrow("SELECT * FROM briefs WHERE campaign_id = $1", cid)
     assert brief["title"].startswith("Northwind Outdoor Co.") and "hiking" in brief["keywords"]
