@@ -77,10 +77,13 @@ run: $(STAMP)
 	$(PY) -m app.dev
 
 # The Lambda artifact (.build/lambda.zip) and the CloudFormation template (.serverless/),
-# offline: no AWS account is needed until `npx serverless@3 deploy`.
+# offline: no AWS account is needed until `npx serverless@3 deploy`. The modules
+# PIPELINE_STAGES and PIPELINE_PLUGINS name go in too; more of the team's code with
+# `make package INCLUDE="../team/mystages.py ../team/mylib"` (files, folders or module names).
 SERVERLESS ?= npx --yes serverless@3.40.0
+INCLUDE ?=
 package: $(STAMP)
-	$(PY) -m app.lambda_package
+	$(PY) -m app.lambda_package $(foreach item,$(INCLUDE),--include $(item))
 	SLS_TELEMETRY_DISABLED=1 SLS_NOTIFICATIONS_MODE=off $(SERVERLESS) package
 
 # docs/configuration.md is generated from the settings' field descriptions; tests/test_docs.py
