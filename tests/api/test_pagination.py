@@ -46,7 +46,7 @@ def keys(rows, field="createdAt"):
 
 async def test_jobs_page_newest_first_and_filters_apply(make_client, pool):
     client = await make_client(stages=[Recorder("record").stage, Recorder("export").stage])
-    c = await f.campaign(pool)
+    c = await f.lane(pool)
     old = await f.jobs(pool, "record", 5)
     mine = await f.jobs(pool, "export", 4, lane=c, start=datetime.now(timezone.utc) - timedelta(minutes=5))
     everything = await page_through(client, "/jobs?limit=2")

@@ -18,11 +18,10 @@ from tests import factories as f
 from tests.api.test_pagination import page_through
 
 
-async def _tenant(pool, email: str, campaigns: int):
-    key = await f.api_key(pool, email, plan="pro")
-    owner = (await accounts.authenticate(pool, key)).user_id
-    lanes = [await f.campaign(pool, owner) for _ in range(campaigns)]
-    return key, lanes
+async def _tenant(pool, email: str, lanes: int):
+    """Its API key and `lanes` lanes of its own."""
+    t = await f.tenant(pool, email)
+    return t.key, [t.lane] + [await f.lane(pool, t.user_id) for _ in range(lanes - 1)]
 
 
 async def test_a_tenant_pages_exactly_its_own_jobs_newest_first(make_client, pool):
