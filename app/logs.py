@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import IO
 from urllib.parse import quote, quote_plus, unquote
 
-from app.cli_output import printable
+from app.cli.output import printable
 
 _RESERVED = ("ts", "level", "logger")
 

@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.api.main import create_app
 from app.cli import main as cli_main
-from app.cli_status import horizon_text
+from app.cli.status import horizon_text
 from app.devdb import SYSTEM_USER, _bin_dir, _free_port
 from app.engine import queue_stats
 from app.engine.db import connect

@@ -70,7 +70,7 @@ def test_the_examples_web_client_never_imports_its_demo_site():
 _PROBE = """
 import json, sys
 from app.api.main import create_app
-from app.cli import _parser
+from app.cli.command import _parser
 from app.plugin import load_plugins
 import app.lambda_handler, app.dev
 from app.settings import get_settings

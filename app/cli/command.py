@@ -26,9 +26,9 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import asyncpg
 
-from app import cli_accounts, cli_jobs, cli_lanes, cli_status
-from app.cli_context import BAD_INPUT, FAILURE, Cli
-from app.cli_output import OutputClosed, answer, printable
+from app.cli import accounts, jobs, lanes, status
+from app.cli.context import BAD_INPUT, FAILURE, Cli
+from app.cli.output import OutputClosed, answer, printable
 from app.devdb import DataDirUnusable, LocalPostgresError
 from app.engine import jobs as q
 from app.engine.db import connect
@@ -87,10 +87,10 @@ def _parser(plugins: list[Plugin]) -> argparse.ArgumentParser:
     sv.add_argument("--port", type=int, default=8000, help="the port to listen on")
     ps = sub.add_parser("psql", help="psql on the database (the embedded one too, whatever its port)")
     ps.add_argument("--url", action="store_true", help="print its connection URL, password included, instead")
-    cli_status.add_parser(sub)
-    cli_jobs.add_parsers(sub)
-    cli_lanes.add_parsers(sub)
-    cli_accounts.add_parsers(sub)
+    status.add_parser(sub)
+    jobs.add_parsers(sub)
+    lanes.add_parsers(sub)
+    accounts.add_parsers(sub)
     for plugin in plugins:  # the plug-ins' own commands
         if plugin.commands is not None:
             plugin.commands(sub)
@@ -129,7 +129,7 @@ async def _enqueue(args, settings: Settings, plugins: list[Plugin], dsn: str) ->
     if not 0 <= args.delay <= MAX_DELAY_SECONDS:  # NaN fails both
         raise CommandError(f"--in must be zero or more seconds, at most {MAX_DELAY_SECONDS} (ten years)")
     payload, lane = _payload(args.payload, args.type), _lane(args.lane) or q.DEFAULT_LANE
-    async with cli_jobs.acting_as_cli(dsn) as db:
+    async with jobs.acting_as_cli(dsn) as db:
         try:
             admitted = await admission.admit(
                 db, configured_stages(settings, plugins), args.type, payload, lane=lane, settings=settings,
@@ -244,7 +244,7 @@ async def _main(args, settings: Settings, plugins: list[Plugin]) -> int:
     elif getattr(args, "handler", None) is not None:  # a plug-in's command
         answer(await args.handler(args, settings, dsn))
     elif args.command in ("user", "key"):
-        answer(await cli_accounts.run(args, dsn))
+        answer(await accounts.run(args, dsn))
     elif args.command == "run-once":
         result = await _run_once(args, settings, plugins)
         answer(json.dumps(result, indent=2))

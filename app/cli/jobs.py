@@ -15,8 +15,8 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, AsyncIterator
 
-from app.cli_accounts import CLI_ACTOR
-from app.cli_output import Column, ago, fields, printable, render, span, table
+from app.cli.accounts import CLI_ACTOR
+from app.cli.output import Column, ago, fields, printable, render, span, table
 from app.engine import batches, job_admin
 from app.engine import runs as run_log
 from app.engine.db import connect

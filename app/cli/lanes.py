@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from app.cli_jobs import DEFAULT_LIMIT, MAX_LIMIT, _json_arg, _limit, _uuid, acting_as_cli
-from app.cli_output import render, table
+from app.cli.jobs import DEFAULT_LIMIT, MAX_LIMIT, _json_arg, _limit, _uuid, acting_as_cli
+from app.cli.output import render, table
 from app.engine import lanes
 from app.json_values import lane_json
 from app.whole_numbers import whole_number

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from app.cli_jobs import RUN_COLUMNS, _json_arg, _run_line, acting_as_cli
-from app.cli_output import fields, render, span, table
+from app.cli.jobs import RUN_COLUMNS, _json_arg, _run_line, acting_as_cli
+from app.cli.output import fields, render, span, table
 from app.engine import queue_stats
 from app.engine import runs as run_log
 from app.runtime import handled_types, run_json
