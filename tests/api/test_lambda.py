@@ -13,14 +13,16 @@ import logging
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 from serving_kit import SECRET, Recorder, make_settings, seed
 
 import app.lambda_handler as lambda_module
 from app.lambda_handler import LambdaApp, is_scheduled_event
-from app.settings import get_settings
+from app.settings import Settings, get_settings
 from tests.lambda_context import LambdaContext
 
 EVENTS = Path(__file__).parent / "events"
@@ -240,3 +242,95 @@ async def test_a_context_that_cannot_say_its_time_left_runs_under_the_platform_l
     body = await invoke(lam, event("scheduled"), UnsureContext())
     assert body["stopReason"] == "no_work" and body["budgetSeconds"] == 220
     assert sorted(recorder.seen) == sorted(ids)
+
+
+# A team's stages outside this repository, packaged as `make package` packages them and
+# run by the Lambda handler from nothing but the unzipped package.
+_TEAM_STAGES = """
+from app import Stage
+from teamlib.words import GREETING
+
+async def greet(job, ctx):
+    ctx.count(GREETING)
+
+STAGES = [Stage(type="greet", handler=greet)]
+"""
+
+_SCHEDULED_FROM_THE_PACKAGE = """
+import json, sys
+import app.lambda_handler as h
+
+class Context:
+    aws_request_id = "team"
+    def get_remaining_time_in_millis(self):
+        return 300_000
+
+body = h.handler(json.loads(sys.argv[1]), Context())
+print(json.dumps({"body": body, "files": [sys.modules[m].__file__ for m in ("app", "mystages", "teamlib")]}))
+"""
+
+
+def _env_without_the_stage_settings(**values: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PIPELINE_STAGES", "PIPELINE_PLUGINS")}
+    return {**env, **values}
+
+
+def _package(folder: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
+    """python -m app.lambda_package run from the team's folder, reading its .env."""
+    return subprocess.run([sys.executable, "-m", "app.lambda_package", "--no-deps", "--out", str(out), *args],
+                          cwd=folder, env=_env_without_the_stage_settings(SKIPLOCK_ENV_FILE=".env"),
+                          capture_output=True, text=True, timeout=120)
+
+
+async def test_a_teams_own_stages_reach_lambda_in_the_package(dsn, pool, tmp_path):
+    team, shared = tmp_path / "team", tmp_path / "shared" / "teamlib"
+    shared.mkdir(parents=True)
+    team.mkdir()
+    (team / "mystages.py").write_text(_TEAM_STAGES)
+    (team / ".env").write_text("PIPELINE_STAGES=mystages:STAGES\nPIPELINE_PLUGINS=\n")
+    (shared / "__init__.py").write_text("")
+    (shared / "words.py").write_text('GREETING = "greeted"\n')
+    built = _package(team, tmp_path / "lambda.zip", "--include", "../shared/teamlib")
+    assert built.returncode == 0, built.stderr
+    with zipfile.ZipFile(tmp_path / "lambda.zip") as zf:
+        assert {"mystages.py", "teamlib/__init__.py", "teamlib/words.py"} <= set(zf.namelist())
+        zf.extractall(tmp_path / "unzipped")
+
+    ids = await seed(pool, 3, type_="greet")
+    unzipped = tmp_path / "unzipped"
+    env = _env_without_the_stage_settings(DATABASE_URL=dsn, PIPELINE_STAGES="mystages:STAGES", PIPELINE_PLUGINS="")
+    ran = subprocess.run([sys.executable, "-c", _SCHEDULED_FROM_THE_PACKAGE, json.dumps(event("scheduled"))],
+                         cwd=unzipped, env=env, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    out = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert all(Path(f).is_relative_to(unzipped) for f in out["files"]), out["files"]  # the zip's, not the team's
+    assert out["body"]["trigger"] == "cron" and out["body"]["jobsDone"] == 3
+    assert out["body"]["summary"]["counts"]["greeted"] == 3
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE id = ANY($1::uuid[]) AND status = 'done'", ids) == 3
+
+
+@pytest.mark.parametrize("env_file, args, says", [
+    ("PIPELINE_STAGES=mystages:STAGES\n", (), "PIPELINE_STAGES names the module 'mystages'"),
+    ("PIPELINE_PLUGINS=teamplugins.plugin:PLUGIN\n", (), "PIPELINE_PLUGINS names the module 'teamplugins'"),
+    ("PIPELINE_PLUGINS=\n", ("--include", "../elsewhere/helpers.py"), "--include ../elsewhere/helpers.py: no module"),
+    ("PIPELINE_PLUGINS=\n", ("--include", "helpers"), "--include helpers: no module or package 'helpers'"),
+])
+def test_a_name_found_nowhere_stops_the_package_in_one_line(tmp_path, env_file, args, says):
+    team = tmp_path / "team"
+    team.mkdir()
+    (team / ".env").write_text(env_file)
+    built = _package(team, tmp_path / "lambda.zip", *args)
+    assert built.returncode == 2
+    assert built.stderr.startswith(f"error: {says}") and built.stderr.count("\n") == 1, built.stderr
+    assert not (tmp_path / "lambda.zip").exists()
+
+
+def test_serverless_passes_the_stage_settings_to_the_function():
+    """What the package was built with reaches the function: from the deploy shell or .env;
+    unset, the settings' own defaults."""
+    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "serverless.yml").read_text())
+    env = config["provider"]["environment"]
+    assert config["useDotenv"] is True
+    assert env["PIPELINE_STAGES"] == "${env:PIPELINE_STAGES, ''}"
+    default_plugins = Settings.model_fields["pipeline_plugins"].default
+    assert env["PIPELINE_PLUGINS"] == f"${{env:PIPELINE_PLUGINS, '{default_plugins}'}}"
