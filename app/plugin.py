@@ -55,7 +55,7 @@ class Plugin:
                  (importlib.resources.files("mypkg") / "sql") or the name of the package
                  that is the folder ("mypkg.sql"). migrations/NNNN_name.sql is its schema,
                  applied after the queue's by `skiplock migrate`; queries/<name>.sql are
-                 its named statements (app.engine.queries.queries_of(folder)). None: no SQL.
+                 its named statements (app.engine.queries.statements_of(folder)). None: no SQL.
     routers:     FastAPI routers, mounted as tenant routes (an API key, row-level security);
                  or a function returning them, called only when the web app is built, so
                  the scheduled Lambda path and the CLI load the plug-in without FastAPI.

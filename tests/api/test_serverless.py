@@ -89,7 +89,7 @@ def test_the_artifact_reads_its_own_sql(tmp_path):
     probe = ("import json, app, app.engine.queries as q, app.engine.migrate as m, app.outreach.sql as o;"
              "from app.outreach.plugin import PLUGIN;"
              "print(json.dumps([app.__file__, str(q.SQL_DIR), len(m.chain([PLUGIN])),"
-             " len(q.query('claim')), len(o.query('campaign_get'))]))")
+             " len(q.statement('claim').sql), len(o.statement('campaign_get').sql)]))")
     # run from the unzipped folder: it comes first on sys.path, ahead of this checkout
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run([sys.executable, "-c", probe], cwd=unzipped, env=env,

@@ -5,8 +5,7 @@ called with keyword arguments (statement("<name>").bind(...))."""
 
 from importlib.resources import files
 
-from app.engine.queries import queries_of, statements_of
+from app.engine.queries import statements_of
 
 SQL = files(__name__)
-query = queries_of(SQL)
 statement = statements_of(SQL)
