@@ -283,14 +283,14 @@ def _package(folder: Path, out: Path, *args: str) -> subprocess.CompletedProcess
 
 
 async def test_a_teams_own_stages_reach_lambda_in_the_package(dsn, pool, tmp_path):
-    team, shared = tmp_path / "team", tmp_path / "shared" / "teamlib"
-    shared.mkdir(parents=True)
+    team, teamlib = tmp_path / "team", tmp_path / "common" / "teamlib"
+    teamlib.mkdir(parents=True)
     team.mkdir()
     (team / "mystages.py").write_text(_TEAM_STAGES)
     (team / ".env").write_text("PIPELINE_STAGES=mystages:STAGES\nPIPELINE_PLUGINS=\n")
-    (shared / "__init__.py").write_text("")
-    (shared / "words.py").write_text('GREETING = "greeted"\n')
-    built = _package(team, tmp_path / "lambda.zip", "--include", "../shared/teamlib")
+    (teamlib / "__init__.py").write_text("")
+    (teamlib / "words.py").write_text('GREETING = "greeted"\n')
+    built = _package(team, tmp_path / "lambda.zip", "--include", "../common/teamlib")
     assert built.returncode == 0, built.stderr
     with zipfile.ZipFile(tmp_path / "lambda.zip") as zf:
         assert {"mystages.py", "teamlib/__init__.py", "teamlib/words.py"} <= set(zf.namelist())
