@@ -168,18 +168,22 @@ async def test_the_module_level_handler_keeps_its_app_between_invocations(monkey
         root.setLevel(level)
 
 
-# A fresh interpreter, the default deployment (the example plug-in): the handler's module
-# imported and a scheduled event handled, then which web modules got loaded.
-_SCHEDULED_COLD = """
-import json, sys, time
+# In a fresh interpreter: the handler's module imported and the scheduled event (argv[1])
+# handled as Lambda calls it; what follows prints what the test looks at.
+_INVOKE_SCHEDULED = """
+import json, sys
 import app.lambda_handler as h
 
 class Context:
-    aws_request_id = "cold"
+    aws_request_id = "fresh"
     def get_remaining_time_in_millis(self):
         return 300_000
 
 body = h.handler(json.loads(sys.argv[1]), Context())
+"""
+
+# The default deployment (the example plug-in): which web modules the schedule loaded.
+_SCHEDULED_COLD = _INVOKE_SCHEDULED + """
 print(json.dumps({"trigger": body["trigger"], "stopReason": body["stopReason"],
                   "web": sorted(m for m in ("fastapi", "starlette", "mangum", "app.api", "app.outreach.routes")
                                 if m in sys.modules)}))
@@ -256,16 +260,7 @@ async def greet(job, ctx):
 STAGES = [Stage(type="greet", handler=greet)]
 """
 
-_SCHEDULED_FROM_THE_PACKAGE = """
-import json, sys
-import app.lambda_handler as h
-
-class Context:
-    aws_request_id = "team"
-    def get_remaining_time_in_millis(self):
-        return 300_000
-
-body = h.handler(json.loads(sys.argv[1]), Context())
+_SCHEDULED_FROM_THE_PACKAGE = _INVOKE_SCHEDULED + """
 print(json.dumps({"body": body, "files": [sys.modules[m].__file__ for m in ("app", "mystages", "teamlib")]}))
 """
 
