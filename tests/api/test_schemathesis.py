@@ -18,9 +18,9 @@ runs on every request):
 
 Each generated request carries a fresh Idempotency-Key: reusing a key for another
 request is a documented 422 (tests/api/test_idempotency.py), not something to find
-again on every operation. And a campaign or lane id in schema-valid requests names a
-real campaign (whose id is its lane's), so the batch and job routes are fuzzed past
-"no such lane"."""
+again on every operation. And a lane id in schema-valid requests names a real lane, so
+the batch and job routes are fuzzed past "no such lane". (The example plug-in's routes
+are fuzzed the same way by tests/outreach/test_schemathesis.py.)"""
 
 from __future__ import annotations
 
@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 import schemathesis
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import Status, events, from_schema
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from schemathesis.generation import GenerationMode
-from serving_kit import SECRET, Recorder, make_settings
 
-from app.outreach.payloads import CrawlPayload
 from app.pipeline.stage import Stage
 from tests import factories as f
+from tests.api.serving_kit import SECRET, Recorder, make_settings
 
 PHASES = ("examples", "coverage", "fuzzing", "stateful")
 MAX_EXAMPLES = 5
@@ -44,13 +44,9 @@ SEED = 20240611
 
 # Bodies whose schema is looser than their validation: a schema-valid one can be a 422.
 LOOSER_SCHEMAS = {
-    # whether a URL's host is a public address (127.1, 0x7f000001, [::ffff:10.0.0.1], ...
-    # in every spelling) is beyond a pattern
-    "POST /campaigns",
     # `payload` is any JSON object for a type that declares none, but jsonb cannot hold
     # "\u0000" (a 422 saying so); and a payload must be the one its `type` declares
     "POST /jobs",
-    "POST /campaigns/{campaign_id}/batches",
     "POST /lanes/{lane_id}/batches",
 }
 
@@ -64,15 +60,11 @@ class Outcome:
     transitions: int = 0  # links the stateful phase follows
 
 
-def _not_applicable(ctx, failure, case, response) -> bool:
-    """filter_failure: keep every failure but the inapplicable ones named above."""
-    if "positive_data_acceptance" not in getattr(failure, "checks", ()):
-        return True
-    return not ((case.query and "cursor" in case.query) or case.operation.label in LOOSER_SCHEMAS
-                or any(value is None for value in (case.path_parameters or {}).values()))
-
-
-def fuzz(document: dict, base_url: str, api_key: str, campaign_id: str) -> Outcome:
+def fuzz(document: dict, base_url: str, api_key: str, lane_id: str, *, looser: set[str] = LOOSER_SCHEMAS,
+         lane_params: tuple[str, ...] = ("lane_id",), paths: str | None = None) -> Outcome:
+    """Every phase and check against the served `document` (its paths matching the regex
+    `paths`, if given). `looser`: the operations whose schema-valid bodies may rightly be
+    refused; `lane_params`: the path parameters that name a lane, all given `lane_id`."""
     config = SchemathesisConfig.from_dict({
         "seed": SEED,
         "base-url": base_url,
@@ -83,20 +75,30 @@ def fuzz(document: dict, base_url: str, api_key: str, campaign_id: str) -> Outco
         "generation": {"max-examples": MAX_EXAMPLES},
     })
     schema = schemathesis.openapi.from_dict(document, config=config)
-    schema.hook("filter_failure")(_not_applicable)
+    if paths is not None:
+        schema = schema.include(path_regex=paths)
 
-    def fresh_key_and_real_campaign(ctx, case, kwargs) -> None:
+    def not_applicable(ctx, failure, case, response) -> bool:
+        """filter_failure: keep every failure but the inapplicable ones named above."""
+        if "positive_data_acceptance" not in getattr(failure, "checks", ()):
+            return True
+        return not ((case.query and "cursor" in case.query) or case.operation.label in looser
+                    or any(value is None for value in (case.path_parameters or {}).values()))
+
+    schema.hook("filter_failure")(not_applicable)
+
+    def fresh_key_and_real_lane(ctx, case, kwargs) -> None:
         if case.headers and "Idempotency-Key" in case.headers:
             case.headers["Idempotency-Key"] = str(uuid.uuid4())
         if case.meta is None or case.meta.generation.mode is not GenerationMode.POSITIVE:
             return
-        for name in ("campaign_id", "lane_id"):  # a campaign's id is its lane's
+        for name in lane_params:
             if case.path_parameters and name in case.path_parameters:
-                case.path_parameters[name] = campaign_id
+                case.path_parameters[name] = lane_id
         if isinstance(case.body, dict) and case.body.get("lane"):
-            case.body["lane"] = campaign_id
+            case.body["lane"] = lane_id
 
-    schemathesis.hook("before_call")(fresh_key_and_real_campaign)  # a global hook: only there
+    schemathesis.hook("before_call")(fresh_key_and_real_lane)  # a global hook: only there
     outcome = Outcome()
     try:
         for event in from_schema(schema).execute():
@@ -127,29 +129,42 @@ def fuzz(document: dict, base_url: str, api_key: str, campaign_id: str) -> Outco
             elif isinstance(event, events.FatalError):
                 outcome.failures.append(f"fatal: {event.exception}")
     finally:
-        schemathesis.hooks.unregister(fresh_key_and_real_campaign)
+        schemathesis.hooks.unregister(fresh_key_and_real_lane)
     return outcome
 
 
-async def test_schemathesis_every_phase_every_check_finds_nothing(make_client, pool, dsn, admin_key):
-    # stand-in stages, so POST /campaigns is served and no run ever fetches the made-up
-    # sites it is given; one declares the crawl payload, so declared payloads get fuzzed
-    async def noop(job, ctx) -> None:
-        return None
-
-    stages = [Recorder("brief").stage, Recorder("record").stage,
-              Stage(type="crawl", handler=noop, payload=CrawlPayload, lease=60, timeout=10)]
-    client = await make_client(make_settings(dsn, idempotency_wait_seconds=0.5), stages=stages, via="uvicorn")
-    campaign = await f.campaign(pool, await f.user(pool, "pro"))
-    await f.jobs(pool, "record", 3, lane=campaign)
-    await f.run(pool)
-    document = (await client.get("/openapi.json")).json()
-    outcome = await asyncio.to_thread(fuzz, document, str(client.base_url).rstrip("/"), admin_key, str(campaign))
+def assert_found_nothing(outcome: Outcome, at_least: int = 300) -> None:
+    """No failure, no 5xx, every phase a success, after at least `at_least` requests and a
+    link followed."""
     print(f"schemathesis: {outcome.requests} requests, {outcome.transitions} links, phases {outcome.phases}")
     assert not outcome.failures, "\n\n".join(outcome.failures)
     assert outcome.server_errors == 0
     assert {phase: outcome.phases.get(phase) for phase in PHASES} == {phase: "success" for phase in PHASES}
-    assert outcome.requests > 300 and outcome.transitions > 0, outcome
+    assert outcome.requests > at_least and outcome.transitions > 0, outcome
+
+
+EXAMPLE_IMAGE = "0b7e2c1a-5d4f-4e3b-9a8c-1f2e3d4c5b6a"
+
+
+class ResizePayload(BaseModel):
+    """A payload a stage declares, so declared payloads get fuzzed too."""
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"image_id": EXAMPLE_IMAGE}]})
+    image_id: uuid.UUID
+    width: StrictInt = Field(100, ge=1, le=100)
+
+
+async def test_schemathesis_every_phase_every_check_finds_nothing(make_client, pool, dsn, admin_key):
+    async def noop(job, ctx) -> None:
+        return None
+
+    stages = [Recorder("record").stage, Stage(type="resize", handler=noop, payload=ResizePayload, lease=60, timeout=10)]
+    client = await make_client(make_settings(dsn, idempotency_wait_seconds=0.5), stages=stages, via="uvicorn")
+    lane = await f.lane(pool, await f.user(pool))
+    await f.jobs(pool, "record", 3, lane=lane)
+    await f.run(pool)
+    document = (await client.get("/openapi.json")).json()
+    assert_found_nothing(await asyncio.to_thread(fuzz, document, str(client.base_url).rstrip("/"), admin_key,
+                                                 str(lane)))
 
 
 async def test_the_document_describes_every_route_and_error(make_client):
@@ -191,8 +206,8 @@ async def test_declared_payloads_are_in_the_document(make_client):
         return None
 
     client = await make_client(make_settings(None), stages=[
-        Stage(type="crawl", handler=noop, payload=CrawlPayload, lease=60, timeout=10)])
+        Stage(type="resize", handler=noop, payload=ResizePayload, lease=60, timeout=10)])
     schemas = (await client.get("/openapi.json")).json()["components"]["schemas"]
-    assert schemas["CrawlPayload"]["properties"]["depth"]["anyOf"][0]["maximum"] == 100
-    assert "crawl: #/components/schemas/CrawlPayload" in schemas["JobIn"]["properties"]["payload"]["description"]
-    assert schemas["JobIn"]["examples"] == [{"type": "crawl", "payload": {"url": "https://example.com/"}}]
+    assert schemas["ResizePayload"]["properties"]["width"]["maximum"] == 100
+    assert "resize: #/components/schemas/ResizePayload" in schemas["JobIn"]["properties"]["payload"]["description"]
+    assert schemas["JobIn"]["examples"] == [{"type": "resize", "payload": {"image_id": EXAMPLE_IMAGE}}]
