@@ -11,6 +11,7 @@ the settings are local to it, the pooled connection goes back carrying nothing."
 
 from __future__ import annotations
 
+import hmac
 from contextlib import nullcontext
 from typing import AsyncIterator
 
@@ -19,7 +20,7 @@ from fastapi import Depends, Request
 from app.api.bearer import bearer_token, challenge
 from app.api.deps import owner_pool_of, tenant_pool_of
 from app.api.errors import ApiError
-from app.engine.accounts import KEY_SHAPE, authenticate
+from app.engine import accounts
 from app.engine.one_connection import OneConnection
 from app.engine.tenancy import Actor, enter_tenant
 from app.settings import Settings
@@ -31,12 +32,20 @@ RequestDb = OneConnection
 async def key_holder(request: Request) -> tuple[Actor, str]:
     """The actor the request's API key stands for, and the key's prefix (its public id,
     what the Idempotency layer scopes keys by); 401 for a missing, malformed, unknown or
-    revoked key."""
+    revoked key.
+
+    Looked up once a request: a request with an Idempotency-Key is authenticated by that
+    layer first, and the route's tenant dependency reuses what it found, kept on the
+    request's state (one per ASGI scope, which the server makes anew for each request),
+    for that same key only."""
     key = bearer_token(request, "api", "<API key>")
-    actor = await authenticate(await owner_pool_of(request), key)
-    if actor is None:
-        raise ApiError(401, "unauthorized", "unknown, revoked or malformed API key", headers=challenge("api"))
-    return actor, KEY_SHAPE.match(key).group(1)
+    actor = getattr(request.state, "key_actor", None)
+    if actor is None or not hmac.compare_digest(actor.key.digest, accounts.digest(key)):
+        actor = await accounts.authenticate(await owner_pool_of(request), key)
+        if actor is None:
+            raise ApiError(401, "unauthorized", "unknown, revoked or malformed API key", headers=challenge("api"))
+        request.state.key_actor = actor
+    return actor, actor.key.prefix
 
 
 def statement_timeout_ms(settings: Settings, actor: Actor) -> int | None:

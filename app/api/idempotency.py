@@ -94,7 +94,8 @@ async def credential_of(scope: Scope) -> str:
     """Authenticate the request as its route will (raising the route's own ApiError, a
     401 or a 503) and return the id of the credential it carries: the cron route takes
     CRON_SECRET, every other side-effecting route an API key (a route added without one
-    fails closed here, never open)."""
+    fails closed here, never open). The route then takes the actor found here (key_holder
+    keeps it on the request's state) rather than looking the key up again."""
     request = Request(scope)
     if scope.get("path") == TRIGGER_PATH:
         require_cron_secret(request)

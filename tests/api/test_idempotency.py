@@ -1,17 +1,20 @@
 """Idempotency-Key: the first answer replayed, a reused key refused, concurrent
-requests acting once, answers that are not kept, a request cut off mid-body, and expiry
-by maintenance."""
+requests acting once, answers that are not kept, a request cut off mid-body, keys scoped
+to the caller whose API key is looked up once a request, and expiry by maintenance."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 
+import pytest
 from serving_kit import AUTH, Recorder, assert_error, make_settings
 
 from app.api.idempotency import fingerprint, scoped_key
+from app.engine import accounts
 from app.engine.accounts import KEY_SHAPE
 from app.engine import idempotency as store
+from app.engine.tenancy import acting
 from app.pipeline.maintenance import RECURRING, expire_idempotency_keys
 from tests import factories as f
 
@@ -175,6 +178,59 @@ async def test_a_request_cut_off_mid_body_leaves_its_key_for_the_retry(make_clie
     retry = await client.post("/jobs", content=body, headers={**k, "Content-Type": "application/json"})
     assert retry.status_code == 201, retry.text
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 1
+
+
+@pytest.fixture
+def key_lookups(monkeypatch) -> list[str]:
+    """The API keys looked up in the database (accounts.authenticate runs api_key_lookup),
+    one entry a lookup, counted around the real function."""
+    seen: list[str] = []
+    authenticate = accounts.authenticate
+
+    async def counted(db, key: str):
+        seen.append(key)
+        return await authenticate(db, key)
+
+    monkeypatch.setattr(accounts, "authenticate", counted)
+    return seen
+
+
+async def test_a_request_with_a_key_looks_its_api_key_up_once(make_client, pool, via, key_lookups):
+    """The Idempotency layer authenticates the request to scope its key; the route's
+    tenant transaction takes the actor it found instead of asking the database again."""
+    ann = await f.tenant(pool, "ann@once.example")
+    client = await make_client(stages=[Recorder("record").stage], via=via, api_key=False)
+    k, body = key(), {"type": "record", "lane": str(ann.lane)}
+    first = await client.post("/jobs", json=body, headers={**ann.headers, **k})
+    assert first.status_code == 201, first.text
+    assert key_lookups == [ann.key]
+    replay = await client.post("/jobs", json=body, headers={**ann.headers, **k})
+    assert replay.headers["idempotent-replayed"] == "true"
+    assert key_lookups == [ann.key] * 2  # each request is authenticated afresh
+    assert (await client.post("/jobs", json=body, headers=ann.headers)).status_code == 201
+    assert key_lookups == [ann.key] * 3  # without the header, the route's own lookup
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 2
+
+
+async def test_a_key_is_the_callers_own_and_a_revoked_key_gets_no_replay(make_client, pool, key_lookups):
+    ann, bob = await f.tenant(pool, "ann@scoped.example"), await f.tenant(pool, "bob@scoped.example")
+    client = await make_client(stages=[Recorder("record").stage], api_key=False)
+    k = key()
+    anns = await client.post("/jobs", json={"type": "record", "lane": str(ann.lane)}, headers={**ann.headers, **k})
+    assert anns.status_code == 201, anns.text
+    # the same Idempotency-Key from another tenant is another key: Bob's request acts, as Bob
+    bobs = await client.post("/jobs", json={"type": "record", "lane": str(bob.lane)}, headers={**bob.headers, **k})
+    assert bobs.status_code == 201, bobs.text
+    assert "idempotent-replayed" not in bobs.headers
+    assert bobs.json()["job"]["lane"] == str(bob.lane) != anns.json()["job"]["lane"]
+    assert key_lookups == [ann.key, bob.key]
+    # Ann's key revoked: her retry is a 401, not her stored answer, and the key is not spent
+    async with acting(pool, f.TEST_ACTOR) as conn:
+        assert await accounts.revoke_key(conn, KEY_SHAPE.match(ann.key).group(1))
+    refused = await client.post("/jobs", json={"type": "record", "lane": str(ann.lane)}, headers={**ann.headers, **k})
+    assert_error(refused, 401, "unauthorized")
+    assert "idempotent-replayed" not in refused.headers
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 2
 
 
 async def test_expiry_forgets_old_keys_in_maintenance(pool, dsn):
