@@ -19,7 +19,7 @@ from app.engine.tenancy import tenant_transaction
 from app.pipeline.loop import Pipeline
 from tests import factories as f
 
-TENANT_PREFIXES = ("/campaigns", "/lanes", "/batches", "/jobs", "/runs", "/audit")
+TENANT_PREFIXES = ("/lanes", "/batches", "/jobs", "/runs", "/audit")
 
 
 @dataclass
@@ -27,11 +27,10 @@ class Tenant:
     email: str
     key: str
     user_id: uuid.UUID
-    campaign: uuid.UUID
+    lane: uuid.UUID
     pending_job: uuid.UUID
     failed_job: uuid.UUID
     batch: uuid.UUID
-    contact: uuid.UUID
 
     @property
     def headers(self) -> dict[str, str]:
@@ -39,24 +38,17 @@ class Tenant:
 
     def secrets(self) -> list[str]:
         """Strings that must never appear in another tenant's answers."""
-        return [self.email, str(self.campaign), str(self.pending_job), str(self.failed_job),
-                str(self.batch), str(self.contact)]
+        return [self.email, str(self.lane), str(self.pending_job), str(self.failed_job), str(self.batch)]
 
 
 async def make_tenant(pool, email: str) -> Tenant:
-    key = await f.api_key(pool, email, plan="standard")
-    user_id = await pool.fetchval("SELECT id FROM users WHERE email = $1", email)
-    campaign = await f.campaign(pool, user_id, name=email)
-    pending, failed = await f.jobs(pool, "record", 2, lane=campaign)
+    """A tenant (tests.factories.tenant) with a pending job, a failed one and a batch in its lane."""
+    t = await f.tenant(pool, email)
+    pending, failed = await f.jobs(pool, "record", 2, lane=t.lane)
     await pool.execute("UPDATE jobs SET status = 'failed', attempts = 3, finished_at = now(), "
                        "last_error = 'boom' WHERE id = $1", failed)
-    batch = (await create_batch(pool, campaign, [BatchRequest("export")])).batch_id
-    page = await pool.fetchval("INSERT INTO pages (campaign_id, url) VALUES ($1, $2) RETURNING id",
-                               campaign, f"https://{email.split('@')[1]}/")
-    contact = await pool.fetchval(
-        "INSERT INTO contacts (campaign_id, kind, value, page_id, page_url) "
-        "VALUES ($1, 'email', $2, $3, 'https://x/') RETURNING id", campaign, f"hello@{email.split('@')[1]}", page)
-    return Tenant(email, key, user_id, campaign, pending, failed, batch, contact)
+    batch = (await create_batch(pool, t.lane, [BatchRequest("export")])).batch_id
+    return Tenant(email, t.key, t.user_id, t.lane, pending, failed, batch)
 
 
 @pytest.fixture
@@ -75,15 +67,14 @@ async def client(make_client):
 
 async def snapshot(pool, t: Tenant):
     rows = await pool.fetch("SELECT id, status, attempts, run_after, last_error FROM jobs "
-                            "WHERE lane = $1 ORDER BY id", t.campaign)
-    campaign = await pool.fetchrow("SELECT * FROM campaigns WHERE id = $1", t.campaign)
+                            "WHERE lane = $1 ORDER BY id", t.lane)
+    lane = await pool.fetchrow("SELECT * FROM lanes WHERE id = $1", t.lane)
     batch = await pool.fetchrow("SELECT status FROM batches WHERE id = $1", t.batch)
-    return [tuple(r) for r in rows], dict(campaign), dict(batch)
+    return [tuple(r) for r in rows], dict(lane), dict(batch)
 
 
 def fill(template: str, other: Tenant) -> str:
-    ids = {"campaign_id": other.campaign, "lane_id": other.campaign, "job_id": other.pending_job, "batch_id": other.batch,
-           "run_id": None}
+    ids = {"lane_id": other.lane, "job_id": other.pending_job, "batch_id": other.batch, "run_id": None}
 
     def one(match: re.Match) -> str:
         name = match.group(1)
@@ -97,11 +88,9 @@ def bodies(method: str, template: str, other: Tenant) -> list[dict | None]:
     if method != "post":
         return [None]
     if template == "/jobs":
-        return [{"type": "record", "lane": str(other.campaign)},
-                {"type": "record", "lane": str(other.campaign), "dedupe_key": "probe"}]
-    if template == "/campaigns":
-        return [{"url": "https://b.example/", "owner": other.email}]
-    if template in ("/campaigns/{campaign_id}/batches", "/lanes/{lane_id}/batches"):
+        return [{"type": "record", "lane": str(other.lane)},
+                {"type": "record", "lane": str(other.lane), "dedupe_key": "probe"}]
+    if template == "/lanes/{lane_id}/batches":
         return [{"jobs": [{"type": "record"}]}]
     return [None]
 
@@ -110,7 +99,7 @@ def queries(op: dict, other: Tenant) -> list[dict]:
     names = {p["name"] for p in op.get("parameters", []) if p.get("in") == "query"}
     out = [{}]
     if "lane" in names:
-        out.append({"lane": str(other.campaign)})
+        out.append({"lane": str(other.lane)})
     if "batch_id" in names:
         out.append({"batch_id": str(other.batch)})
     return out
@@ -137,26 +126,25 @@ async def test_every_route_with_a_key_and_another_tenants_ids_finds_nothing(clie
                             assert secret not in r.text, (where, r.text)
                     if r.status_code == 200 and "data" in r.json():
                         # a list: only the caller's own rows (or none at all)
-                        assert all(str(b.campaign) not in str(row) for row in r.json()["data"]), where
+                        assert all(str(b.lane) not in str(row) for row in r.json()["data"]), where
                     elif r.status_code < 300:
                         pytest.fail(f"{where} succeeded with another tenant's ids: {r.text[:300]}")
                     else:
                         assert r.status_code in (403, 404, 409, 422), (where, r.status_code, r.text)
     assert tried >= 15
     assert await snapshot(pool, b) == before
-    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE lane = $1", b.campaign) == 3
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE lane = $1", b.lane) == 3
 
 
 async def test_lists_show_only_the_callers_rows(client, pool, two_tenants):
     a, b = two_tenants
     jobs = (await client.get("/jobs", headers=a.headers)).json()["data"]
-    assert {j["lane"] for j in jobs} == {str(a.campaign)}
+    assert {j["lane"] for j in jobs} == {str(a.lane)}
     assert (await client.get("/runs", headers=a.headers)).json()["data"] == []  # the operator's view
-    assert (await client.get(f"/campaigns/{a.campaign}/contacts", headers=a.headers)).status_code == 200
     assert (await client.get("/audit", headers=a.headers)).status_code == 403
     admin = {"Authorization": f"Bearer {await f.api_key(pool, 'root@ops.example', admin=True)}"}
     seen = {j["lane"] for j in (await client.get("/jobs?limit=200", headers=admin)).json()["data"]}
-    assert {str(a.campaign), str(b.campaign)} <= seen
+    assert {str(a.lane), str(b.lane)} <= seen
     assert len((await client.get("/runs", headers=admin)).json()["data"]) == 1
 
 
@@ -166,16 +154,16 @@ async def test_an_unfiltered_query_in_a_tenant_transaction_returns_only_its_rows
     assert actor.user_id == a.user_id
     async with tenant_transaction(pool, actor) as conn:
         # deliberately no WHERE: row-level security is the filter
-        assert {r["lane"] for r in await conn.fetch("SELECT lane FROM jobs")} == {a.campaign}
-        assert [r["id"] for r in await conn.fetch("SELECT id FROM campaigns")] == [a.campaign]
-        assert [r["id"] for r in await conn.fetch("SELECT id FROM contacts")] == [a.contact]
+        assert {r["lane"] for r in await conn.fetch("SELECT lane FROM jobs")} == {a.lane}
+        assert [r["id"] for r in await conn.fetch("SELECT id FROM lanes")] == [a.lane]
         assert [r["email"] for r in await conn.fetch("SELECT email FROM users")] == [a.email]
         assert await conn.fetchval("SELECT count(*) FROM runs") == 0
         assert await conn.fetchval("SELECT count(*) FROM batches") == 1
         # and a write aimed at another tenant's row changes nothing
-        assert await conn.execute("UPDATE campaigns SET status = 'paused' WHERE id = $1", b.campaign) == "UPDATE 0"
+        assert await conn.execute("UPDATE jobs SET attempts = 0 WHERE lane = $1", b.lane) == "UPDATE 0"
+        assert await conn.execute("DELETE FROM batches WHERE id = $1", b.batch) == "DELETE 0"
         with pytest.raises(asyncpg.InsufficientPrivilegeError):
-            await conn.execute("INSERT INTO jobs (type, lane) VALUES ('record', $1)", b.campaign)
+            await conn.execute("INSERT INTO jobs (type, lane) VALUES ('record', $1)", b.lane)
 
 
 async def test_revoked_and_malformed_keys_are_401(client, pool, two_tenants):
@@ -199,7 +187,7 @@ async def test_a_pooled_connection_carries_nothing_after_a_request(make_client, 
     client = await make_client(make_settings(dsn, db_pool_size=2), stages=[Recorder("record").stage],
                                api_key=False)
     assert (await client.get("/jobs", headers=a.headers)).status_code == 200
-    assert (await client.post("/jobs", json={"type": "record", "lane": str(a.campaign)},
+    assert (await client.post("/jobs", json={"type": "record", "lane": str(a.lane)},
                               headers=a.headers)).status_code == 201
     # a lane that is nobody's yet is not a tenant's to make
     nowhere = await client.post("/jobs", json={"type": "record", "lane": str(uuid.uuid4())}, headers=a.headers)
@@ -226,16 +214,12 @@ async def test_a_pooled_connection_carries_nothing_after_a_request(make_client, 
 async def test_audit_records_who_changed_what(client, pool, two_tenants):
     a, _ = two_tenants
     await pool.execute("TRUNCATE audit_log")
-    made = await client.post("/campaigns", json={"url": "https://a2.example/"}, headers=a.headers)
-    assert made.status_code == 201, made.text
-    enq = await client.post("/jobs", json={"type": "record", "lane": str(a.campaign)}, headers=a.headers)
+    enq = await client.post("/jobs", json={"type": "record", "lane": str(a.lane)}, headers=a.headers)
     retried = await client.post(f"/jobs/{a.failed_job}/retry", headers=a.headers)
     cancelled = await client.post(f"/jobs/{a.pending_job}/cancel", headers=a.headers)
     assert (enq.status_code, retried.status_code, cancelled.status_code) == (201, 200, 200)
     rows = await pool.fetch("SELECT * FROM audit_log ORDER BY id")
     by_table = {(r["table_name"], r["op"], r["row_id"]) for r in rows}
-    new_campaign = made.json()["id"]
-    assert ("campaigns", "INSERT", new_campaign) in by_table
     assert ("jobs", "INSERT", enq.json()["job"]["id"]) in by_table
     assert ("jobs", "UPDATE", str(a.failed_job)) in by_table
     assert ("jobs", "UPDATE", str(a.pending_job)) in by_table
@@ -250,27 +234,24 @@ async def test_audit_records_who_changed_what(client, pool, two_tenants):
     assert await pool.fetchval("SELECT count(*) FROM audit_log") == before
 
 
-async def test_keys_and_plans_are_audited_from_the_cli_without_secrets(pool, dsn):
+async def test_users_and_keys_are_audited_from_the_cli_without_secrets(pool, dsn):
     import subprocess
     import sys
-    env = {"DATABASE_URL": dsn, "PATH": "/usr/bin:/bin"}
-    for args in (["user", "add", "carol@c.example"], ["plan", "set", "carol@c.example", "pro"],
-                 ["key", "create", "carol@c.example"]):
+    env = {"DATABASE_URL": dsn, "PATH": "/usr/bin:/bin", "PIPELINE_PLUGINS": ""}
+    for args in (["user", "add", "carol@c.example"], ["key", "create", "carol@c.example"]):
         done = subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, env=env)
         assert done.returncode == 0, done.stderr
     rows = await pool.fetch("SELECT * FROM audit_log WHERE actor_kind = 'system' ORDER BY id")
     assert {r["actor_id"] for r in rows} == {"cli"}
-    assert {r["table_name"] for r in rows} == {"users", "subscriptions", "api_keys"}
+    assert {r["table_name"] for r in rows} == {"users", "api_keys"}
     key_row = next(r for r in rows if r["table_name"] == "api_keys")
     assert "hash" not in key_row["new_row"] and key_row["new_row"]["prefix"].startswith("slk_")
 
 
 async def test_a_write_with_no_actor_is_refused(pool):
-    for sql in ("INSERT INTO users (email) VALUES ('ghost@x.example')",
-                "INSERT INTO campaigns (name) VALUES ('ghost')"):
-        with pytest.raises(asyncpg.InsufficientPrivilegeError, match="without an actor"):
-            await pool.execute(sql)
-    assert await pool.fetchval("SELECT count(*) FROM campaigns") == 0
+    with pytest.raises(asyncpg.InsufficientPrivilegeError, match="without an actor"):
+        await pool.execute("INSERT INTO users (email) VALUES ('ghost@x.example')")
+    assert await pool.fetchval("SELECT count(*) FROM users") == 0
     # a plain INSERT of a job still works: jobs are audited only for what people do via the API
     await pool.execute("INSERT INTO jobs (type) VALUES ('record')")
 
@@ -281,7 +262,7 @@ async def test_audit_rows_cannot_be_changed_or_deleted(client, pool, two_tenants
         with pytest.raises(asyncpg.InsufficientPrivilegeError, match="append-only"):
             await pool.execute(sql)
     admin = {"Authorization": f"Bearer {await f.api_key(pool, 'root@ops.example', admin=True)}"}
-    page = (await client.get("/audit?table=campaigns&limit=1", headers=admin)).json()
+    page = (await client.get("/audit?table=lanes&limit=1", headers=admin)).json()
     assert len(page["data"]) == 1 and page["nextCursor"]
-    following = await client.get(f"/audit?table=campaigns&limit=1&cursor={page['nextCursor']}", headers=admin)
+    following = await client.get(f"/audit?table=lanes&limit=1&cursor={page['nextCursor']}", headers=admin)
     assert following.status_code == 200 and following.json()["data"][0]["id"] < page["data"][0]["id"]
