@@ -24,6 +24,12 @@ def test_casts_stay_casts():
     assert s.names == ("lanes", "t")
 
 
+def test_an_array_slice_between_names_is_no_parameter():
+    s = translate("SELECT a[lo:hi], a[1:n], a[1 : :k]")
+    assert s.sql == "SELECT a[lo:hi], a[1:n], a[1 : $1]"
+    assert s.names == ("k",)
+
+
 @pytest.mark.parametrize("text", [
     "SELECT ':quoted', 'it''s :not'",
     "SELECT E'\\' :escaped'",

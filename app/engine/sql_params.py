@@ -46,7 +46,7 @@ class Statement:
 
 def translate(text: str, source: str = "statement") -> Statement:
     """`:name` -> `$n` outside string literals, quoted identifiers, comments and dollar
-    quotes; `::type` casts stay. A name used twice is one `$n`. A `$n` of its own is
+    quotes, and not right after a word (an array slice); `::type` casts stay. A name used twice is one `$n`. A `$n` of its own is
     refused: a statement names its parameters. `source` names the text in errors."""
     out: list[str] = []
     names: list[str] = []
@@ -80,7 +80,8 @@ def translate(text: str, source: str = "statement") -> Statement:
         elif c == ":":
             if text.startswith("::", i):
                 i += 2
-            elif (name := _NAME.match(text, i + 1)) and not (i > 0 and text[i - 1] == ":"):
+            # never right after a word: arr[lo:hi] is a slice, not a parameter
+            elif (name := _NAME.match(text, i + 1)) and not (i > 0 and _WORD_CHAR.match(text[i - 1])):
                 if name.group() not in names:
                     names.append(name.group())
                 out.append(text[start:i])
