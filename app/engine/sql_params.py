@@ -46,8 +46,9 @@ class Statement:
 
 def translate(text: str, source: str = "statement") -> Statement:
     """`:name` -> `$n` outside string literals, quoted identifiers, comments and dollar
-    quotes, and not right after a word (an array slice); `::type` casts stay. A name used twice is one `$n`. A `$n` of its own is
-    refused: a statement names its parameters. `source` names the text in errors."""
+    quotes, and not right after a word (an array slice); `::type` casts stay. A name used
+    twice is one `$n`. A `$n` of its own is refused: a statement names its parameters.
+    `source` names the text in errors."""
     out: list[str] = []
     names: list[str] = []
     i, n = 0, len(text)
