@@ -189,20 +189,6 @@ async def test_the_totals_count_the_runs_finished_before_them(new_database):
         await db.close()
 
 
-async def test_the_examples_quota_gauges(pool):
-    from app.outreach import quota
-    from app.outreach.metrics import quota_gauges
-    from app.outreach.settings import outreach_settings
-
-    s = outreach_settings()
-    await quota.spend(pool, 7, "manual", daily_units=s.quota_daily_units, reserve=s.quota_reserve_units)
-    gauges = {g.name: g.value for g in await quota_gauges(pool, None)}
-    spent = await pool.fetchval("SELECT spent FROM quota_ledger WHERE day = (now() AT TIME ZONE 'UTC')::date")
-    assert gauges["quota_used_units"] == spent == 7
-    assert gauges["quota_left_units"] == s.quota_daily_units - 7
-    assert gauges["quota_reserve_units"] == s.quota_reserve_units
-
-
 async def test_readiness_says_when_no_deployment_runs_the_maintenance(dsn, pool):
     app = create_app(load_settings(database_url=dsn, pipeline_plugins="", run_scheduler=False), STAGES)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:

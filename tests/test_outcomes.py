@@ -127,8 +127,8 @@ async def test_api_cancel_runs_the_cancelled_hook_once(pool, client_for):
 async def test_batch_cancel_runs_each_unstarted_jobs_cancelled_hook_once(pool, client_for):
     a, b = Hooked("a"), Hooked("b")
     client = await client_for([a.stage, b.stage])
-    campaign = await f.lane(pool, await f.user(pool))
-    r = await client.post(f"/lanes/{campaign}/batches", json={"jobs": [{"type": "a"}, {"type": "b"}]})
+    lane = await f.lane(pool, await f.user(pool))
+    r = await client.post(f"/lanes/{lane}/batches", json={"jobs": [{"type": "a"}, {"type": "b"}]})
     assert r.status_code == 201, r.text
     batch_id, created = r.json()["batchId"], r.json()["created"]
     await q.claim(pool, a.stage.lease_terms, await f.run(pool), 1)  # a is running: left to its holder
@@ -180,8 +180,8 @@ async def test_a_raising_cancelled_hook_rolls_back_the_whole_batch_cancel(pool, 
     a, b = Hooked("a"), Hooked("b")
     b.raising.add("cancelled")
     client = await client_for([a.stage, b.stage])
-    campaign = await f.lane(pool, await f.user(pool))
-    r = await client.post(f"/lanes/{campaign}/batches", json={"jobs": [{"type": "a"}, {"type": "b"}]})
+    lane = await f.lane(pool, await f.user(pool))
+    r = await client.post(f"/lanes/{lane}/batches", json={"jobs": [{"type": "a"}, {"type": "b"}]})
     batch_id, created = r.json()["batchId"], r.json()["created"]
     r = await client.post(f"/batches/{batch_id}/cancel")
     assert r.status_code == 500 and r.json()["error"]["code"] == "hook_failed"

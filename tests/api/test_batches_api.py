@@ -5,22 +5,21 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from pydantic import BaseModel, ConfigDict
 from serving_kit import Recorder, assert_error
 
-from app.outreach.payloads import DraftPayload
 from app.pipeline.stage import Stage
 from tests import factories as f
 
 
-async def client_and_campaign(make_client, pool, recorder):
+async def client_and_lane(make_client, pool, recorder):
     other = Recorder("export")
     client = await make_client(stages=[recorder.stage, other.stage])
-    campaign = await f.lane(pool, await f.user(pool))
-    return client, campaign
+    return client, await f.lane(pool, await f.user(pool))
 
 
 async def test_create_then_partial_then_all_duplicate(make_client, pool, recorder):
-    client, c = await client_and_campaign(make_client, pool, recorder)
+    client, c = await client_and_lane(make_client, pool, recorder)
     first = await client.post(f"/lanes/{c}/batches", json={"jobs": [
         {"type": "record", "payload": {"kind": "videos"}, "total": 40}]})
     assert first.status_code == 201, first.text
@@ -41,7 +40,7 @@ async def test_create_then_partial_then_all_duplicate(make_client, pool, recorde
 
 
 async def test_two_identical_requests_at_once_create_one_set(make_client, pool, recorder):
-    client, c = await client_and_campaign(make_client, pool, recorder)
+    client, c = await client_and_lane(make_client, pool, recorder)
     body = {"jobs": [{"type": "record"}, {"type": "export"}]}
     answers = await asyncio.gather(*(client.post(f"/lanes/{c}/batches", json=body) for _ in range(5)))
     assert sorted(a.status_code for a in answers) == [201, 409, 409, 409, 409]
@@ -49,13 +48,13 @@ async def test_two_identical_requests_at_once_create_one_set(make_client, pool, 
 
 
 async def test_bad_requests_are_clear_4xx(make_client, pool, recorder):
-    client, c = await client_and_campaign(make_client, pool, recorder)
+    client, c = await client_and_lane(make_client, pool, recorder)
     unknown = await client.post(f"/lanes/{c}/batches", json={"jobs": [{"type": "nope"}]})
     assert unknown.status_code == 422 and unknown.json()["error"]["code"] == "unknown_job_type"
     assert "record" in unknown.json()["error"]["message"]
     empty = await client.post(f"/lanes/{c}/batches", json={"jobs": []})
     assert empty.status_code == 422 and empty.json()["error"]["code"] == "invalid_request"
-    missing = await client.post(f"/campaigns/{uuid.uuid4()}/batches", json={"jobs": [{"type": "record"}]})
+    missing = await client.post(f"/lanes/{uuid.uuid4()}/batches", json={"jobs": [{"type": "record"}]})
     assert missing.status_code == 404
     param = await client.post(f"/lanes/{c}/batches?force=1", json={"jobs": [{"type": "record"}]})
     assert param.status_code == 400 and "'force'" in param.json()["error"]["message"]
@@ -72,7 +71,7 @@ async def test_bad_requests_are_clear_4xx(make_client, pool, recorder):
 
 
 async def test_progress_through_a_real_run(make_client, pool, recorder):
-    client, c = await client_and_campaign(make_client, pool, recorder)
+    client, c = await client_and_lane(make_client, pool, recorder)
     created = (await client.post(f"/lanes/{c}/batches", json={"jobs": [
         {"type": "record", "total": 10}, {"type": "export", "total": 5}]})).json()
     batch = (await client.get(f"/batches/{created['batchId']}")).json()
@@ -86,6 +85,12 @@ async def test_progress_through_a_real_run(make_client, pool, recorder):
     assert batch["progress"] == 15 and batch["finishedAt"] is not None
     assert (await client.post(f"/batches/{created['batchId']}/cancel")).status_code == 409
     assert (await client.get(f"/batches/{uuid.uuid4()}")).status_code == 404
+
+
+class DraftPayload(BaseModel):
+    """A payload a stage of this test declares."""
+    model_config = ConfigDict(extra="forbid")
+    contact_id: uuid.UUID
 
 
 async def test_each_payload_in_a_batch_is_checked_against_its_stage(make_client, pool):

@@ -2,7 +2,7 @@
 everyone else.
 
 The red team's attack, against a real `skiplock serve` (a subprocess): a 0.98 MB JSON
-object with 60,000 unknown keys sent to a tenant route (`POST /campaigns` then) with a tenant's key, four in
+object with 60,000 unknown keys sent to a tenant route (`POST /campaigns`) with a tenant's key, four in
 flight for a few seconds, while /health/live is asked every 10 ms. It cost about 0.3 s of
 the event loop each before its 422 (most of it building 60,001 validation errors), and took
 /health/live from 1-3 ms to p50 384 ms, max 993 ms. Now the shape is refused before it is

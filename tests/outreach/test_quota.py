@@ -6,6 +6,8 @@ import asyncio
 
 from app.outreach import quota
 from app.outreach.crawl import discover, lock_pages
+from app.outreach.metrics import quota_gauges
+from app.outreach.settings import outreach_settings
 from tests.outreach import factories as f
 from tests.outreach.conftest import run, seconds_until
 
@@ -67,3 +69,13 @@ def test_who_may_use_the_reserve():
     assert quota.may_use_reserve("manual") and quota.may_use_reserve("http")
     # the schedule, a worker, anything unknown: not
     assert not any(quota.may_use_reserve(t) for t in ("cron", "worker", "test", ""))
+
+
+async def test_the_examples_quota_gauges(pool):
+    s = outreach_settings()
+    await quota.spend(pool, 7, "manual", daily_units=s.quota_daily_units, reserve=s.quota_reserve_units)
+    gauges = {g.name: g.value for g in await quota_gauges(pool, None)}
+    spent = await pool.fetchval("SELECT spent FROM quota_ledger WHERE day = (now() AT TIME ZONE 'UTC')::date")
+    assert gauges["quota_used_units"] == spent == 7
+    assert gauges["quota_left_units"] == s.quota_daily_units - 7
+    assert gauges["quota_reserve_units"] == s.quota_reserve_units
