@@ -15,7 +15,7 @@ from app.engine.migrate import LEGACY_DIR, SQUASHED, _files, chain, migrate, pen
 from app.engine.queries import statement
 from app.outreach.plans import DEFAULT_PLAN, OWNERLESS_PLAN, PLANS
 from app.outreach.plugin import PLUGIN
-from tests import factories as f
+from tests.outreach import factories as f
 
 BEFORE_LANES = "0009"  # the old database was made by the legacy migrations below this one
 ZERO = uuid.UUID(int=0)
