@@ -22,3 +22,11 @@ def lane_json(row: Any) -> dict[str, Any]:
     """A lane as GET /lanes, PATCH /lanes/{id} and `skiplock lanes` show it."""
     return {"id": str(row["id"]), "ownerId": str(row["owner_id"]) if row["owner_id"] else None,
             "priority": row["priority"], "paused": row["paused"]}
+
+
+def stage_json(stage: Any, paused: dict[str, datetime]) -> dict[str, Any]:
+    """A stage as GET /stages, PATCH /stages/{type} and `skiplock stages` show it; `paused`:
+    each paused stage's time (app.engine.stages.paused_stages)."""
+    return {"type": stage.type, "batch": stage.batch, "concurrency": stage.concurrency,
+            "leaseSeconds": stage.lease, "maxAttempts": stage.max_attempts,
+            "paused": stage.type in paused, "pausedAt": iso(paused.get(stage.type))}

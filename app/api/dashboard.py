@@ -102,7 +102,7 @@ async def stats(request: Request) -> JSONResponse:
     room = store.SYSTEM_ROOM if actor.is_admin else f"account:{actor.user_id}"
     head = await store.room_head(db, room)
     own_lanes = not actor.is_admin  # a tenant's rows come lane by lane from its own lanes
-    queue, totals = _queue_json(await db.fetch(*statement("dashboard_queue").bind(own_lanes=own_lanes)))
+    queue, totals = _queue_json(await queue_stats.jobs_by_type(db, own_lanes))
     lanes = [{"lane": str(r["lane"]), "pending": r["pending"], "running": r["running"],
               "priority": r["priority"], "paused": r["paused"],
               "owner": str(r["owner_id"]) if r["owner_id"] else None}

@@ -15,7 +15,7 @@ from app.api.deps import pool_of
 from app.api.errors import ApiError
 from app.api.params import only_params
 from app.engine import stages as engine
-from app.json_values import iso
+from app.json_values import stage_json
 
 router = APIRouter(tags=["stages"])
 
@@ -39,12 +39,6 @@ class StagePause(BaseModel):
     paused: bool = Field(description="true: pause the stage for every lane; false: resume it")
 
 
-def _stage_json(stage, paused: dict[str, datetime]) -> dict[str, Any]:
-    return {"type": stage.type, "batch": stage.batch, "concurrency": stage.concurrency,
-            "leaseSeconds": stage.lease, "maxAttempts": stage.max_attempts,
-            "paused": stage.type in paused, "pausedAt": iso(paused.get(stage.type))}
-
-
 def _user_stages(request: Request) -> list:
     return [s for s in request.app.state.runtime.stages if not s.internal]
 
@@ -54,7 +48,7 @@ def _user_stages(request: Request) -> list:
 async def list_stages(request: Request) -> dict[str, Any]:
     """The stages this deployment runs, earliest first, and whether each is paused."""
     paused = await engine.paused_stages(await pool_of(request))
-    return {"data": [_stage_json(s, paused) for s in _user_stages(request)]}
+    return {"data": [stage_json(s, paused) for s in _user_stages(request)]}
 
 
 @router.patch("/stages/{type}", response_model=StageOut, summary="Pause or resume a stage (operators)",
@@ -70,4 +64,4 @@ async def pause_stage(body: StagePause, request: Request,
         raise ApiError(404, "not_found", f"no stage {type_!r} runs here")
     db = await pool_of(request)
     await (engine.pause_stage if body.paused else engine.resume_stage)(db, type_)
-    return _stage_json(stage, await engine.paused_stages(db))
+    return stage_json(stage, await engine.paused_stages(db))

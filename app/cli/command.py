@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import asyncpg
 
-from app.cli import accounts, jobs, lanes, status
+from app.cli import accounts, jobs, lanes, stages, status
 from app.cli.context import BAD_INPUT, FAILURE, Cli
 from app.cli.output import OutputClosed, answer, printable
 from app.devdb import DataDirUnusable, LocalPostgresError
@@ -90,6 +90,7 @@ def _parser(plugins: list[Plugin]) -> argparse.ArgumentParser:
     status.add_parser(sub)
     jobs.add_parsers(sub)
     lanes.add_parsers(sub)
+    stages.add_parsers(sub)
     accounts.add_parsers(sub)
     for plugin in plugins:  # the plug-ins' own commands
         if plugin.commands is not None:

@@ -40,7 +40,8 @@ UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 JOB_COLUMNS: list[Column] = [("ID", "id"), ("TYPE", "type"), ("STATUS", "status"), ("ATTEMPTS", "attempts"),
                              ("CREATED", "created"), ("LAST ERROR", "lastError")]
 RUN_COLUMNS: list[Column] = [("ID", "id"), ("TRIGGER", "trigger"), ("STOP", "stopReason"),
-                             ("DONE", "jobsDone"), ("FAILED", "jobsFailed"), ("DEFERRED", "jobsDeferred"),
+                             ("DONE", "jobsDone"), ("FAILED", "jobsFailed"), ("RETRIED", "jobsRetried"),
+                             ("DEFERRED", "jobsDeferred"),
                              ("TOOK", "took"), ("STARTED", "started")]
 
 

@@ -14,6 +14,7 @@ from app.cli.jobs import RUN_COLUMNS, _json_arg, _run_line, acting_as_cli
 from app.cli.output import fields, render, span, table
 from app.engine import queue_stats
 from app.engine import runs as run_log
+from app.engine import stages as stages_engine
 from app.runtime import handled_types, run_json
 
 RECENT_SECONDS = 24 * 3600
@@ -28,13 +29,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 async def read_status(db, cli) -> dict[str, Any]:
     depth = {r["type"]: r for r in await queue_stats.queue_depth(db)}
+    # done and failed: the jobs' own statuses (as the dashboard counts them); retried: the
+    # failed attempts the last day's runs tried again
+    ended = {r["type"]: r for r in await queue_stats.jobs_by_type(db, own_lanes=False)}
     recent = {r["type"]: r for r in await queue_stats.endings_by_type(db, RECENT_SECONDS)}
+    stopped = await stages_engine.paused_stages(db)
     stages = []
-    for type_ in [*depth, *(t for t in recent if t not in depth)]:
-        d, r = depth.get(type_, {}), recent.get(type_, {})
+    for type_ in dict.fromkeys([*depth, *ended, *recent]):
+        d, e, r = depth.get(type_, {}), ended.get(type_, {}), recent.get(type_, {})
         stages.append({"type": type_, "pending": d.get("pending", 0), "paused": d.get("paused", 0),
                        "running": d.get("running", 0), "oldestReadySeconds": d.get("oldest_ready_seconds"),
-                       "doneLastDay": r.get("done", 0), "failedLastDay": r.get("failed", 0)})
+                       "doneLastDay": e.get("done", 0), "failedLastDay": e.get("failed", 0),
+                       "retriedLastDay": r.get("retried", 0), "stagePaused": type_ in stopped})
     runs = await run_log.list_runs(db, stop_reason=None, trigger=None, after=None, limit=LAST_RUNS)
     tick = await queue_stats.last_maintenance_tick(db)
     periodic = [s for s in cli.stages if s.every is not None]
@@ -76,7 +82,8 @@ def horizon_text(h: dict[str, Any]) -> str:
 def status_text(s: dict[str, Any]) -> str:
     stages = table([{**r, "wait": span(r["oldestReadySeconds"])} for r in s["stages"]],
                    [("STAGE", "type"), ("PENDING", "pending"), ("PAUSED", "paused"), ("RUNNING", "running"),
-                    ("OLDEST READY", "wait"), ("DONE 24H", "doneLastDay"), ("FAILED 24H", "failedLastDay")],
+                    ("OLDEST READY", "wait"), ("DONE 24H", "doneLastDay"), ("FAILED 24H", "failedLastDay"),
+                    ("RETRIED 24H", "retriedLastDay")],
                    empty="(no jobs waiting or running, no runs in the last day)")
     m = s["maintenance"]
     tick = "never" if m["lastTickSecondsAgo"] is None else f"{span(m['lastTickSecondsAgo'])} ago"
@@ -86,6 +93,10 @@ def status_text(s: dict[str, Any]) -> str:
               for p in s["periodic"]]
     facts += [(f"{g['plugin']} {g['name']}", g["value"]) for g in s["plugins"]]
     sections = [stages, fields(facts)]
+    stopped = [r["type"] for r in s["stages"] if r["stagePaused"]]
+    if stopped:
+        sections.append("paused stages (nothing of them is claimed; `skiplock stages resume TYPE`): "
+                        + ", ".join(stopped))
     if s["unhandled"]:
         sections.append("waiting for a stage that is not loaded here (a typo in an INSERT, or a plug-in left "
                         "out: PIPELINE_STAGES, PIPELINE_PLUGINS):\n"

@@ -56,6 +56,13 @@ async def run_totals(db) -> list[RunTotals]:
     return list(totals.values())
 
 
+async def jobs_by_type(db, own_lanes: bool) -> list[dict]:
+    """Per job type: ready, waiting, running, and the done and failed of the last day (the
+    jobs' own statuses), with the oldest ready job's wait. own_lanes: a tenant's, lane by
+    lane from its own lanes; else every job."""
+    return [dict(r) for r in await db.fetch(*statement("dashboard_queue").bind(own_lanes=own_lanes))]
+
+
 async def open_runs(db) -> dict[str, int]:
     """Runs not finished yet, per trigger."""
     return {r["trigger"]: r["runs"] for r in await db.fetch(*statement("metrics_runs_open").bind())}
