@@ -177,3 +177,8 @@ async def test_the_cli_checks_a_payload_against_its_stage(dsn, pool):
     out = cli("enqueue", "crawl", "--lane", str(lane), "--payload", good, dsn=dsn)
     assert out.returncode == 0, out.stderr
     assert await pool.fetchval("SELECT payload FROM jobs") == {"url": "https://example.com/", "depth": 2}
+
+
+async def test_a_bad_setting_of_the_example_is_one_readable_line(dsn):
+    # read as the plug-in is imported: named as itself, not as an import failure
+    one_line_error(cli("run-once", env={"QUOTA_DAILY_UNITS": "-1"}, dsn=dsn), "error: bad setting QUOTA_DAILY_UNITS")
