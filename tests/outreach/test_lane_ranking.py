@@ -7,7 +7,10 @@ from __future__ import annotations
 import uuid
 
 from app.engine import jobs as q
+from app.engine.db import connect
+from app.engine.migrate import chain, migrate
 from app.outreach.plans import OWNERLESS_PLAN, PLANS
+from app.outreach.plugin import PLUGIN
 from tests.outreach import factories as f
 from tests.test_engine_claim import insert_jobs
 
@@ -77,3 +80,15 @@ async def test_pausing_a_campaign_in_plain_sql_stops_its_lane_stale_leases_inclu
     await f.as_system(pool, "UPDATE campaigns SET status = 'active' WHERE id = $1", busy)
     got = await q.claim(pool, lease, await f.run(pool), 10)
     assert {j.lane for j in got} == {busy} and held.id in {j.id for j in got} and len(got) == 3
+
+
+async def test_naming_the_plug_in_later_adds_its_chain_and_ranks_the_lanes_there(new_database):
+    db = await connect(await new_database())
+    try:
+        await migrate(db, [])
+        lane = uuid.uuid4()
+        await db.execute("INSERT INTO jobs (type, lane) VALUES ('t', $1)", lane)  # ownerless, priority 0
+        assert await migrate(db, [PLUGIN]) == [v for v, _ in chain([PLUGIN]) if v.startswith("outreach/")]
+        assert await db.fetchval("SELECT priority FROM lanes WHERE id = $1", lane) == PLANS[OWNERLESS_PLAN].priority
+    finally:
+        await db.close()
