@@ -129,6 +129,12 @@ def test_a_deployment_with_only_its_own_stages_gets_nothing_of_the_example():
     assert mine["outreach_loaded"] == []  # not even imported
 
 
+def test_a_plug_in_of_ones_own_brings_its_stages_and_routes():
+    sample = _probe(PIPELINE_PLUGINS="tests.sample_plugin:PLUGIN")
+    assert sample["stages"] == ["echo"] and "/sample/hello" in sample["paths"]
+    assert sample["outreach_loaded"] == []
+
+
 def test_the_default_deployment_runs_the_example_plug_in():
     default = _probe(PIPELINE_PLUGINS=None)  # unset, as a deployment that names none
     assert {"brief", "crawl", "extract", "draft"} <= set(default["stages"])

@@ -182,19 +182,20 @@ class Context:
 body = h.handler(json.loads(sys.argv[1]), Context())
 """
 
-# The default deployment (the example plug-in): which web modules the schedule loaded.
+# A deployment with a plug-in that brings routes (tests/sample_plugin.py): which web
+# modules the schedule loaded.
 _SCHEDULED_COLD = _INVOKE_SCHEDULED + """
 print(json.dumps({"trigger": body["trigger"], "stopReason": body["stopReason"],
-                  "web": sorted(m for m in ("fastapi", "starlette", "mangum", "app.api", "app.outreach.routes")
+                  "web": sorted(m for m in ("fastapi", "starlette", "mangum", "app.api", "tests.sample_routes")
                                 if m in sys.modules)}))
 """
 
 
 def test_a_scheduled_invocation_loads_no_web_stack(dsn):
-    """The schedule runs the example's stages without FastAPI, Starlette or Mangum: the
-    plug-in's routes and sample site are imported only when an HTTP event builds the app."""
+    """The schedule runs a plug-in's stages without FastAPI, Starlette or Mangum: the
+    plug-in's routes are imported only when an HTTP event builds the app."""
     env = {**os.environ, "DATABASE_URL": dsn, "PIPELINE_BUDGET_SECONDS": "5", "PIPELINE_PLUGINS":
-           "app.outreach.plugin:PLUGIN"}
+           "tests.sample_plugin:PLUGIN"}
     done = subprocess.run([sys.executable, "-c", _SCHEDULED_COLD, json.dumps(event("scheduled"))],
                           capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], env=env,
                           timeout=120)
