@@ -230,21 +230,29 @@ async def test_tied_lanes_go_oldest_ready_job_first(pool):
     assert order == [180, 120, 60, 30, 10, 180]
 
 
-async def test_a_paused_lane_is_not_claimed_stale_leases_included_until_resumed(pool):
-    owner = await f.user(pool)
-    busy, other = await f.lane(pool, owner, HIGH), await f.lane(pool, owner, LOW)
+async def pausing_stops_the_lane(pool, busy, other, pause: str, resume: str) -> None:
+    """`busy` (claimed first) and `other` get three jobs each; `busy`'s first is left by a
+    dead worker. While `pause` (SQL, $1 the lane) holds, only `other`'s are claimed, the
+    stale one too; after `resume`, `busy`'s three."""
     await insert_jobs(pool, busy, 3, 60)
     await insert_jobs(pool, other, 3, 60)
     lease = f.lease(seconds=60)
     [held] = await q.claim(pool, lease, await f.run(pool), 1)
     assert held.lane == busy
     await f.age_lock(pool, held.id, 61)  # its worker died
-    await f.as_system(pool, "UPDATE lanes SET paused = true WHERE id = $1", busy)
+    await f.as_system(pool, pause, busy)
     got = await q.claim(pool, lease, await f.run(pool), 10)
     assert {j.lane for j in got} == {other} and len(got) == 3
-    await f.as_system(pool, "UPDATE lanes SET paused = false WHERE id = $1", busy)
+    await f.as_system(pool, resume, busy)
     got = await q.claim(pool, lease, await f.run(pool), 10)
     assert {j.lane for j in got} == {busy} and held.id in {j.id for j in got} and len(got) == 3
+
+
+async def test_a_paused_lane_is_not_claimed_stale_leases_included_until_resumed(pool):
+    owner = await f.user(pool)
+    busy, other = await f.lane(pool, owner, HIGH), await f.lane(pool, owner, LOW)
+    await pausing_stops_the_lane(pool, busy, other, "UPDATE lanes SET paused = true WHERE id = $1",
+                                 "UPDATE lanes SET paused = false WHERE id = $1")
 
 
 async def test_a_lanes_priority_changed_in_plain_sql_reorders_the_claim(pool):

@@ -23,18 +23,10 @@ TENANT_PREFIXES = ("/lanes", "/batches", "/jobs", "/runs", "/audit")
 
 
 @dataclass
-class Tenant:
-    email: str
-    key: str
-    user_id: uuid.UUID
-    lane: uuid.UUID
+class Tenant(f.Tenant):
     pending_job: uuid.UUID
     failed_job: uuid.UUID
     batch: uuid.UUID
-
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.key}"}
 
     def secrets(self) -> list[str]:
         """Strings that must never appear in another tenant's answers."""

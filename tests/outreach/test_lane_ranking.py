@@ -12,7 +12,7 @@ from app.engine.migrate import chain, migrate
 from app.outreach.plans import OWNERLESS_PLAN, PLANS
 from app.outreach.plugin import PLUGIN
 from tests.outreach import factories as f
-from tests.test_engine_claim import insert_jobs
+from tests.test_engine_claim import insert_jobs, pausing_stops_the_lane
 
 ZERO = uuid.UUID(int=0)
 
@@ -68,18 +68,8 @@ async def test_a_plan_changed_in_plain_sql_reorders_the_claim(pool):
 async def test_pausing_a_campaign_in_plain_sql_stops_its_lane_stale_leases_included(pool):
     pro, free = await f.user(pool, "pro"), await f.user(pool, "free")
     busy, other = await f.campaign(pool, pro), await f.campaign(pool, free)
-    await insert_jobs(pool, busy, 3, 60)
-    await insert_jobs(pool, other, 3, 60)
-    lease = f.lease(seconds=60)
-    [held] = await q.claim(pool, lease, await f.run(pool), 1)
-    assert held.lane == busy
-    await f.age_lock(pool, held.id, 61)  # its worker died
-    await f.as_system(pool, "UPDATE campaigns SET status = 'paused' WHERE id = $1", busy)
-    got = await q.claim(pool, lease, await f.run(pool), 10)
-    assert {j.lane for j in got} == {other} and len(got) == 3
-    await f.as_system(pool, "UPDATE campaigns SET status = 'active' WHERE id = $1", busy)
-    got = await q.claim(pool, lease, await f.run(pool), 10)
-    assert {j.lane for j in got} == {busy} and held.id in {j.id for j in got} and len(got) == 3
+    await pausing_stops_the_lane(pool, busy, other, "UPDATE campaigns SET status = 'paused' WHERE id = $1",
+                                 "UPDATE campaigns SET status = 'active' WHERE id = $1")
 
 
 async def test_naming_the_plug_in_later_adds_its_chain_and_ranks_the_lanes_there(new_database):
