@@ -63,7 +63,7 @@ bench: $(STAMP)
 
 # Every fault at once for a few minutes (kill -9, PostgreSQL restarts, Redis down, a failing
 # site and LLM), then the invariants read from the database (docs/reliability.md). Seeded:
-# `make chaos SEED=7`. A short version runs in `make test` (tests/test_chaos_short.py).
+# `make chaos SEED=7`. A short version runs in `make test` (tests/outreach/test_chaos_short.py).
 SEED ?= 15
 chaos: $(STAMP) redis-server
 	$(PY) -m bench.chaos --seed $(SEED)

@@ -13,7 +13,7 @@ One seeded, reproducible run, minutes long, through the public entry points only
           ticks, abandoned runs) and run-once drains what is left; the invariants are read
           from the database, and the figures printed and written to
           bench/results/chaos.json (docs/reliability.md keeps them).
-`--short` is the same run scaled to seconds (tests/test_chaos_short.py). Everything runs
+`--short` is the same run scaled to seconds (tests/outreach/test_chaos_short.py). Everything runs
 on a PostgreSQL, a Redis and HTTP servers of its own, in a temporary folder."""
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 once — kill -9 of run-once invocations, a PostgreSQL restart, Redis killed and revived, a
 site and an LLM that fail, hang and answer 429 — and every invariant read back from the
 database afterwards. It runs on a PostgreSQL, Redis and HTTP servers of its own, through
-the public entry points (python -m app run-once / worker, uvicorn), as a subprocess."""
+the public entry points (python -m app run-once / worker, uvicorn), as a subprocess, with
+the example plug-in loaded: its stages fetch the failing site and ask the failing LLM."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None,
