@@ -21,27 +21,34 @@ from app.plugin import load_plugins
 from app.settings import Settings
 from tests.tenant_login import drop_tenant_login, make_tenant_login, new_login
 
-EXAMPLE_TESTS = Path(__file__).parent / "outreach"
+EXAMPLE_TESTS = Path(__file__).resolve().parent / "outreach"
+_EXAMPLE_LEFT_OUT = pytest.StashKey[bool]()
 
 
-def _only_the_example(config) -> bool:
-    """Whether every path this session was given lies in tests/outreach."""
+def _given(config) -> list[Path]:
+    """The paths this session was given (node ids' files)."""
     here = config.invocation_params.dir
-    return all((here / arg.split("::")[0]).resolve().is_relative_to(EXAMPLE_TESTS) for arg in config.args)
+    return [(here / arg.split("::")[0]).resolve() for arg in config.args]
 
 
 def pytest_ignore_collect(collection_path, config):
     """The example plug-in's tests run as a session of their own, with its tables and
     routes (`make test` runs both): the queue's tests run without any plug-in."""
-    if collection_path == EXAMPLE_TESTS and not _only_the_example(config):
+    given = _given(config)
+    if collection_path == EXAMPLE_TESTS and not all(p.is_relative_to(EXAMPLE_TESTS) for p in given):
+        # said at the end when a path given holds them (`tests`), not when passed on the way
+        # or left out by --ignore
+        ignored = [Path(p).resolve() for p in config.getoption("ignore") or []]
+        config.stash[_EXAMPLE_LEFT_OUT] = EXAMPLE_TESTS not in ignored and any(
+            EXAMPLE_TESTS.is_relative_to(p) for p in given)
         return True
     return None
 
 
-def pytest_report_header(config):
-    if not _only_the_example(config):
-        return "the queue's tests, without plug-ins (the example's: pytest tests/outreach)"
-    return None
+def pytest_terminal_summary(terminalreporter, config):
+    if config.stash.get(_EXAMPLE_LEFT_OUT, False):
+        terminalreporter.write_line("tests/outreach (the example plug-in's tests) runs as a session of its own, "
+                                    "with the plug-in loaded: pytest tests/outreach (make test runs both)")
 
 
 def _admin_dsn_and_server():
