@@ -6,7 +6,6 @@ gets: nothing that is not its own."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 
 import asyncpg
 import httpx
@@ -14,9 +13,10 @@ import pytest
 
 from app.api import create_app
 from app.engine import accounts
-from app.engine.tenancy import Actor, enter_tenant, tenant_transaction
+from app.engine.tenancy import enter_tenant, tenant_transaction
 from app.outreach import DRAFT_STAGE, allowances
 from tests.api.serving_kit import Recorder
+from tests.api.test_tenant_roles import Tenant as QueueTenant
 from tests.outreach import factories as f
 from tests.outreach.conftest import settings
 from tests.tenant_login import tenant_login_url
@@ -40,17 +40,10 @@ BILLING_WRITES = [
 ]
 
 
-@dataclass
-class Tenant:
-    email: str
-    key: str
-    actor: Actor
-    campaign: uuid.UUID
-    job: uuid.UUID
-
+class Tenant(QueueTenant):
     @property
-    def user_id(self) -> uuid.UUID:
-        return self.actor.user_id
+    def campaign(self) -> uuid.UUID:
+        return self.lane  # a campaign's id is its lane's
 
 
 async def make_tenant(pool, email: str, admin: bool = False) -> Tenant:
