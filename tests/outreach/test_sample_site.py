@@ -7,7 +7,11 @@ from starlette.applications import Starlette
 
 from app.outreach.campaigns import seed_demo
 from app.outreach.sample import mount_sample_site, robots_txt, sample_site_app
-from tests.outreach.conftest import reachable, run
+from app.api import create_app
+from app.outreach.plugin import PLUGIN
+from tests.api.serving_kit import free_socket, start_uvicorn
+from tests.credentials import CRON_SECRET
+from tests.outreach.conftest import reachable, run, settings
 from tests.outreach.servers import ServerThread
 
 EXPECTED = {
@@ -83,3 +87,26 @@ def test_the_directory_redirect_never_names_the_requests_host(make_app, prefix):
                 assert target.startswith(f"{server.url}{prefix}/blog/"), target
             # followed from the real origin, it lands on the page
             assert client.get(f"{prefix}/blog", follow_redirects=True).status_code == 200
+
+
+async def test_make_runs_demo_campaign_is_crawled_from_its_own_sample_site(pool, dsn):
+    """What `make run` does with the example (its dev_settings and dev_setup): the sample
+    site served by the app itself on loopback, which the egress guard lets through because
+    the plug-in lists it in FETCH_ALLOW_PRIVATE, and a demo campaign whose first run crawls it."""
+    sock = free_socket()
+    local = dict(database_url=dsn, run_scheduler=False, local_dev=True, cron_secret=CRON_SECRET,
+                 local_port=sock.getsockname()[1])
+    dev = settings(**local, **PLUGIN.dev_settings(settings(**local, fetch_allow_private="")))
+    app = create_app(dev)
+    assert await PLUGIN.dev_setup(app, pool, dev) is not None  # the demo campaign
+    server, task, sock = await start_uvicorn(app, sock)
+    try:
+        result = await run(pool, "cron", **local, fetch_allow_private=dev.fetch_allow_private)
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+        await app.state.runtime.close()
+    crawled = await pool.fetch("SELECT status, last_error FROM jobs WHERE type = 'crawl'")
+    assert crawled and {r["status"] for r in crawled} == {"done"}, [dict(r) for r in crawled]
+    assert result.jobs_failed == 0
