@@ -58,6 +58,8 @@ async def test_jobs_runs_and_status_commands(dsn, pool, cli):
     cancelled = await _failed(pool, 1)
     await pool.execute("UPDATE jobs SET last_error = 'cancelled' WHERE id = $1", cancelled[0])
     pending = await factories.jobs(pool, "echo", 2)
+    done = await factories.jobs(pool, "echo", 4)  # status counts the jobs' own statuses
+    await pool.execute("UPDATE jobs SET status = 'done', attempts = 1, finished_at = now() WHERE id = ANY($1)", done)
     run_id = await factories.run(pool, "cron")
     await pool.execute("UPDATE runs SET finished_at = started_at + interval '3 seconds', stop_reason = 'no_work', "
                        "jobs_done = 4, summary = '{\"stages\": {\"echo\": {\"done\": 4, \"failed\": 1, "
@@ -87,7 +89,8 @@ async def test_jobs_runs_and_status_commands(dsn, pool, cli):
     echo = next(s for s in status["stages"] if s["type"] == "echo")
     true_pending = await pool.fetchval("SELECT count(*) FROM jobs WHERE type = 'echo' AND status = 'pending'")
     assert echo["pending"] == true_pending == 4 and echo["running"] == 0
-    assert echo["doneLastDay"] == 4 and echo["failedLastDay"] == 1
+    # failed: the jobs whose status is failed: the one cancelled at the start and the one just now
+    assert echo["doneLastDay"] == 4 and echo["failedLastDay"] == 2
     assert [r["id"] for r in status["lastRuns"]] == [str(run_id)]
     table = await cli("runs", "ls")
     assert table.returncode == 0 and table.stdout.splitlines()[0].split()[:3] == ["ID", "TRIGGER", "STOP"]

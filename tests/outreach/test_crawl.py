@@ -60,7 +60,7 @@ async def test_one_run_crawls_the_site_and_records_every_outcome(pool, site):
     # then every page but the blocked one (/new came with /old's redirect)
     assert s["pages_fetched"] == 9 and result.units == 13
     assert await pool.fetchval("SELECT spent FROM quota_ledger") == 13
-    assert s["stages"]["crawl"] == {"done": 9, "failed": 2, "deferred": 2}
+    assert result.summary["stages"]["crawl"] == {"done": 9, "failed": 0, "retried": 2, "deferred": 2}
     brief = await pool.fetchrow("SELECT * FROM briefs WHERE campaign_id = $1", cid)
     assert brief["title"] == "Acme Trail Supply" and brief["language"] == "en"
     assert brief["description"] == "Ultralight trail gear for long walks."
