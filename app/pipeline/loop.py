@@ -62,18 +62,18 @@ Started = tuple[Stage, "asyncio.Future[BatchEndings]"]  # a batch whose handlers
 # work: webhook deliveries take up to 10 s each, and tenants can make many.
 INTERNAL_RECHECK_SECONDS = 1.0
 # A user stage found empty is looked at again after this long, not before every batch of
-# the stages after it: a claim per empty stage ahead made a pipeline of several stages
-# drain at a fraction of one stage's rate. New work in it waits at most this long (when
-# every stage is quiet, all are looked at again before the run says there is no work).
+# the stages after it, so stages ahead of the work cost no claim per batch. New work in it
+# waits at most this long (when every stage is quiet, all are looked at again before the
+# run says there is no work).
 EMPTY_STAGE_RECHECK_SECONDS = 1.0
 # A shorter batch (housekeeping, a quick delivery) takes no rest: its stage is looked at
-# again right away, found empty and left for INTERNAL_RECHECK_SECONDS, as before. (A rest
-# of a few milliseconds ended before the next claim and cost that batch its prefetch.)
+# again right away, found empty and left for INTERNAL_RECHECK_SECONDS, and keeps its
+# prefetch (bench/NOTES.md).
 INTERNAL_REST_AFTER_SECONDS = 0.1
 
 # Earlier stages win, but a user stage passed over this long while stages ahead of it
-# had work gets the next claim: without it, a tenant's flood of an early stage's jobs
-# held every later stage (every tenant's) back for as long as the flood lasted.
+# had work gets the next claim, so a tenant's flood of an early stage's jobs cannot hold
+# every later stage (every tenant's) back for as long as the flood lasts.
 STAGE_TURN_SECONDS = 2.0
 
 
@@ -230,8 +230,8 @@ class Pipeline:
 
     async def _alone(self, ctx: Context) -> bool:
         """No other run open and beating: the second stream would not take CPU from
-        another run's claims (ten overlapping runs with two streams each drained a third
-        slower than with one). Asked at most once a second; the answer holds meanwhile."""
+        another run's claims (bench/NOTES.md). Asked at most once a second; the answer
+        holds meanwhile."""
         if time.monotonic() < self._alone_recheck_at:
             return self._was_alone
         try:

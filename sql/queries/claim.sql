@@ -16,7 +16,7 @@
 --
 -- Every probe of jobs_claim_idx starts at the lane's head_at (live_from), never later
 -- than its oldest pending job: the entries before it are jobs that left, kept while any
--- older snapshot is open, and a probe from the lane's first entry walked them all.
+-- older snapshot is open, and a probe from the lane's first entry would walk them all.
 --
 -- The endings test the status through an expression, (status || ''), not the column:
 -- the ids are few and exact, and the primary key finds them. Given the column, the
@@ -73,8 +73,8 @@ WITH done AS (
     -- The lanes are put in order inside a subquery of their own (`l` below) and probed
     -- outside it, with no ORDER BY over the probes: planned any way at all, the probes run in
     -- the walk's order and stop at the :limit-th lane found free, so a claim locks at most
-    -- :limit heads. Sorted after probing (as a plan without the lane index would), it probed
-    -- and locked every lane's head, and a claim beside it found none free. The walk's
+    -- :limit heads. Sorted after probing, it would probe and lock every lane's head, and a
+    -- claim beside it would find none free. The walk's
     -- bound: a probe that finds a lane held locks nothing, and another claim holds at
     -- most 2 × :limit jobs, so 40 × :limit lanes leave this claim :limit free ones unless about 20
     -- claims of its size overlap on the same lanes; it is also what tells the planner
