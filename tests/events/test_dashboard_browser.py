@@ -113,6 +113,13 @@ async def test_dashboard_live_retry_and_layout(pool, browser, served, tenants):
     await expect(page.locator("#t-ready")).to_have_text("1", timeout=2_000)
 
     # Retry, from the keyboard: the failed job is pending again
+    # every failed attempt of a job, from its row
+    await pool.execute("UPDATE jobs SET errors = job_errors_with(errors, 1, 'RuntimeError: <b>first</b>', NULL) "
+                       "WHERE id = $1", failed_id)
+    await page.get_by_role("button", name=f"Errors of job …{failed_id.replace('-', '')[-8:]}").click()
+    await expect(page.locator("#job-errors li")).to_have_count(1, timeout=5_000)
+    await expect(page.locator("#job-errors")).to_contain_text("attempt 1")
+    await expect(page.locator("#job-errors")).to_contain_text("RuntimeError: <b>first</b>")  # as text, escaped
     # a job is named by the end of its id: jobs enqueued together share the start
     await page.get_by_role("button", name=f"Retry job …{failed_id.replace('-', '')[-8:]}").focus()
     await page.keyboard.press("Enter")

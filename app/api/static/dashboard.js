@@ -133,11 +133,30 @@ function renderTrouble(stats) {
     const label = `${retry ? "Retry" : "Cancel"} job ${short(job.id)}`;
     const button = el("button", { type: "button", class: retry ? "" : "secondary", "aria-label": label,
       text: retry ? "Retry" : "Cancel", onclick: () => act(button, job.id, retry ? "retry" : "cancel") });
+    const errors = el("button", { type: "button", class: "secondary", "aria-label": `Errors of job ${short(job.id)}`,
+      text: "Errors", onclick: () => showErrors(job.id) });
     return el("tr", { "data-job": job.id },
       el("td", {}, el("code", { title: job.id, text: short(job.id) })), el("td", { text: job.type }),
       el("td", { text: job.status === "pending" ? `retrying ${when(job.runAfter)}` : job.status }),
-      num(job.attempts), el("td", { class: "err", text: job.lastError || "" }), el("td", {}, button));
+      num(job.attempts), el("td", { class: "err", text: job.lastError || "" }), el("td", {}, button, " ", errors));
   }), 6, "Nothing failed.");
+}
+
+// Every failed attempt of one job (GET /jobs/{id}: the last 20, newest first), kept in a
+// panel of its own so the live refreshes of the table leave it open.
+async function showErrors(jobId) {
+  const box = $("job-errors");
+  try {
+    const job = await api(`/jobs/${encodeURIComponent(jobId)}`);
+    box.replaceChildren(el("h3", { text: `Errors of job ${short(job.id)} (${job.type}, ${job.status})` }),
+      job.errors.length === 0 ? el("p", { text: "No failed attempt is recorded." })
+        : el("ol", { class: "errors" }, ...job.errors.map((e) => el("li", {},
+          el("span", { text: `attempt ${e.attempt}, ${when(e.at)}, run ${short(e.runId)}: ` }),
+          el("span", { class: "err", text: e.error })))));
+    box.hidden = false;
+  } catch (err) {
+    if (err.status !== 401) notice(`Job ${short(jobId)}: ${err.message}`);
+  }
 }
 
 function renderStages(stats) {
