@@ -25,7 +25,7 @@ from pathlib import Path
 import uvicorn
 
 from app.api.main import create_app
-from app.runtime import DATABASE_ERRORS, DatabaseUnavailable, Runtime
+from app.runtime import DATABASE_ERRORS, DatabaseUnavailable, Runtime, direct_database_url
 from app.devdb import DEV_PID_FILE, PASSWORD_FILE, LocalPostgresError, pid_alive, without_password
 from app.engine import accounts
 from app.engine.db import connect
@@ -232,7 +232,7 @@ async def _say_when_serving(server: uvicorn.Server, text: str) -> None:
 
 async def serve(settings: Settings, plugins: list[Plugin], signals: "_Signals", *, embedded: bool,
                 banner_text: str = "") -> None:
-    conn = await connect(settings.database_direct_url or settings.database_url)  # a session: not the pooler
+    conn = await connect(await direct_database_url(settings, embedded=False))  # a session: not the pooler
     try:
         applied = await migrate(conn, plugins)
         if embedded and not settings.tenant_database_url:

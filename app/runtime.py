@@ -15,6 +15,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 from typing import Any, Callable, Iterator, Mapping
 
 import asyncpg
@@ -69,13 +70,27 @@ def database_errors() -> Iterator[None]:
         raise DatabaseUnavailable(f"the database is not reachable: {type(exc).__name__}") from exc
 
 
+def in_schema(url: str, schema: str) -> str:
+    """The URL with the queue's schema first on its sessions' search_path (a startup
+    option, which asyncpg and libpq both read). A transaction pooler's URL is left as it
+    is: PgBouncer refuses startup options, and its login's own default search_path is
+    what counts there (docs/deploy.md#behind-a-connection-pooler)."""
+    parts = urlsplit(url)
+    option = f"-c search_path={schema}"
+    query = "&".join(p for p in [parts.query, urlencode({"options": option}, quote_via=quote)] if p)
+    return urlunsplit(parts._replace(query=query))
+
+
 async def database_url(settings: Settings, *, embedded: bool) -> str:
-    """DATABASE_URL; else, where allowed, the embedded server under LOCAL_DATA_DIR."""
+    """DATABASE_URL (in the queue's schema, unless it is a pooler's); else, where allowed,
+    the embedded server under LOCAL_DATA_DIR."""
     if settings.database_url:
-        return settings.database_url
+        if behind_pooler(settings):
+            return settings.database_url
+        return in_schema(settings.database_url, settings.database_schema)
     if embedded:
         from app.devdb import local_database_url  # the embedded server is an optional extra
-        return await local_database_url(Path(settings.local_data_dir))
+        return in_schema(await local_database_url(Path(settings.local_data_dir)), settings.database_schema)
     raise DatabaseNotConfigured("DATABASE_URL is not set")
 
 
@@ -87,7 +102,9 @@ def behind_pooler(settings: Settings) -> bool:
 async def direct_database_url(settings: Settings, *, embedded: bool) -> str:
     """Where what needs a session goes (migrations, the worker's LISTEN): DATABASE_DIRECT_URL,
     else the one database URL."""
-    return settings.database_direct_url or await database_url(settings, embedded=embedded)
+    if settings.database_direct_url:
+        return in_schema(settings.database_direct_url, settings.database_schema)
+    return await database_url(settings, embedded=embedded)
 
 
 def remaining_seconds(context: Any) -> float | None:
@@ -232,8 +249,10 @@ class Runtime:
             return await self._once("_tenant_pool", self._new_tenant_pool)
 
     async def _new_tenant_pool(self) -> asyncpg.Pool:
-        pool = await create_pool(self.settings.tenant_database_url, self.settings.db_pool_size,
-                                 pooled=behind_pooler(self.settings))
+        url = self.settings.tenant_database_url
+        pooled = behind_pooler(self.settings)
+        pool = await create_pool(url if pooled else in_schema(url, self.settings.database_schema),
+                                 self.settings.db_pool_size, pooled=pooled)
         reasons = await pool.fetchval(*statement("tenant_login_check").bind())
         if reasons:
             await pool.close()

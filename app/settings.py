@@ -54,6 +54,11 @@ class Settings(EnvFileSettings):
         None, description="a DSN for the API's tenant requests, as a login that is a member of skiplock_api and "
                           "of nothing else (docs/deploy.md#database-roles); unset: they run on DATABASE_URL's "
                           "login, dropping to skiplock_api for each transaction")
+    database_schema: str = Field(
+        "skiplock", pattern=r"^[a-z_][a-z0-9_]{0,62}$",
+        description="the schema the queue's tables live in, beside your app's in public (a lowercase "
+                    "name); migrate makes it, and moves a queue made before it from public "
+                    "(docs/adopt.md#a-schema-of-its-own)")
     pipeline_plugins: str = Field(
         "app.outreach.plugin:PLUGIN",
         description="comma-separated module:NAME of the plug-ins to run (their stages, routes, commands); "

@@ -78,6 +78,7 @@ async def dsn(pg_server):
     name = f"skiplock_test_{os.getpid()}"
     await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.execute(SCHEMA_FIRST.format(name=name))
     await admin.close()
     base, _, _ = pg_server.rpartition("/")
     url = f"{base}/{name}"
@@ -106,6 +107,7 @@ async def new_database(pg_server):
     async def make() -> str:
         made.append(f"skiplock_scratch_{os.getpid()}_{len(made)}_{os.urandom(3).hex()}")
         await admin.execute(f'CREATE DATABASE "{made[-1]}"')
+        await admin.execute(SCHEMA_FIRST.format(name=made[-1]))
         return f"{pg_server.rpartition('/')[0]}/{made[-1]}"
     try:
         yield make
@@ -121,6 +123,11 @@ async def pool(dsn):
     yield p
     await p.close()
 
+
+# The tests' databases put the queue's schema first for every session, their own raw
+# connections included, as the product's URLs do (app.runtime.in_schema); a test of the
+# schema itself makes a database without it (tests/test_own_schema.py).
+SCHEMA_FIRST = 'ALTER DATABASE "{name}" SET search_path = skiplock, public'
 
 _all_tables: list[str] = []  # read once: the schema does not change mid-session
 _session_database: list[str] = []  # the session database's URL, once `dsn` has made it
@@ -141,7 +148,7 @@ async def clean(request):
     if not _all_tables:
         _all_tables.append(await _cleaner[0].fetchval(
             "SELECT string_agg(quote_ident(tablename), ', ') FROM pg_tables "
-            "WHERE schemaname = 'public' AND tablename <> 'schema_migrations'"))
+            "WHERE schemaname = current_schema() AND tablename <> 'schema_migrations'"))
     await _cleaner[0].execute(f"TRUNCATE {_all_tables[0]} CASCADE")
     yield
 

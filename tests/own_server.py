@@ -16,6 +16,7 @@ from app.devdb import SYSTEM_USER, LocalPostgres, _bin_dir
 from app.engine.db import connect
 from app.engine.migrate import migrate
 from app.plugin import Plugin
+from tests.conftest import SCHEMA_FIRST
 
 
 @asynccontextmanager
@@ -29,6 +30,9 @@ async def migrated_server(prefix: str, plugins: Sequence[Plugin]) -> AsyncIterat
         dsn = server.dsn(port)
         conn = await connect(dsn)
         try:
+            # as every test database: the queue's schema first (tests/conftest.py)
+            await conn.execute(SCHEMA_FIRST.format(name="postgres"))
+            await conn.execute("SET search_path = skiplock, public")
             await migrate(conn, list(plugins))
         finally:
             await conn.close()

@@ -146,7 +146,7 @@ async def test_a_queue_without_the_plug_in_has_no_campaign_tables_until_it_names
     db = await connect(await new_database())
     try:
         assert await migrate(db, []) == [v for v, _ in chain([])]
-        tables = {r["tablename"] for r in await db.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+        tables = {r["tablename"] for r in await db.fetch("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
         assert {"jobs", "lanes", "batches", "users", "api_keys", "audit_log"} <= tables
         assert not tables & {"campaigns", "subscriptions", "pages", "contacts", "drafts", "credit_ledger"}
         # a plain INSERT names any lane; the queue makes its row, ownerless, priority 0

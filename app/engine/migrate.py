@@ -11,10 +11,16 @@ rest of that chain runs, then legacy/bridge.sql turns its end state into the spl
 data included, and the squashed files it stands for (its "-- records:" line) are recorded
 as applied, whichever plug-ins are loaded: the legacy chain made their tables either way.
 Everything after them runs as on any database. A fresh database never sees the legacy chain.
+
+Everything goes into the schema the connection's search_path names first (DATABASE_SCHEMA,
+default skiplock; app.runtime puts it in the database URL), made if missing. A database
+whose queue is still in public is brought up to date there, then its objects move into
+that schema (migration 0038's relocate_from_public): the names the migrations create.
 """
 
 from __future__ import annotations
 
+import re
 from importlib.resources.abc import Traversable
 from typing import Iterable, Protocol
 
@@ -78,19 +84,53 @@ def _plan(done: set[str], plugins: Iterable[PluginSql]) -> list[tuple[str, tuple
     return steps
 
 
+# A function's own search_path and the API role's schema grant, written for public in the
+# migrations, name the schema they run in.
+_IN_PUBLIC = re.compile(r"\bsearch_path = public, pg_temp\b|\bON SCHEMA public\b")
+# What a migration creates (or renames to): the names relocate_from_public moves.
+_CREATES = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:UNLOGGED\s+)?(?:MATERIALIZED\s+)?"
+                      r"(?:TABLE|VIEW|FUNCTION|PROCEDURE|SEQUENCE|TYPE|DOMAIN)\s+(?:IF\s+NOT\s+EXISTS\s+)?"
+                      r"(?:public\.)?([a-z_][a-z0-9_]*)|\bRENAME\s+TO\s+([a-z_][a-z0-9_]*)", re.IGNORECASE)
+
+
+def in_schema(sql: str, schema: str) -> str:
+    """A migration's text for the schema it runs in."""
+    return _IN_PUBLIC.sub(lambda m: m.group(0).replace("public", f'"{schema}"'), sql)
+
+
+def created_names(plugins: Iterable[PluginSql]) -> list[str]:
+    """Every name the queue's migrations (the legacy chain's too) and the plug-ins' create."""
+    texts = [sql for _, sql in [*_files(LEGACY_DIR), *chain(plugins)]] + [BRIDGE]
+    names = {m.group(1) or m.group(2) for t in texts for m in _CREATES.finditer(t)}
+    return sorted({n.lower() for n in names} | {"schema_migrations"})
+
+
 async def migrate(conn: asyncpg.Connection, plugins: Iterable[PluginSql]) -> list[str]:
-    """Apply what is missing of the queue's chain and the loaded plug-ins' (PIPELINE_PLUGINS's);
-    return the versions recorded now. Safe to run concurrently."""
+    """Apply what is missing of the queue's chain and the loaded plug-ins' (PIPELINE_PLUGINS's)
+    in the connection's schema; return the versions recorded now. Safe to run concurrently."""
+    plugins = list(plugins)
     applied_now: list[str] = []
     async with conn.transaction():
         await conn.execute(*statement("migrations_lock").bind())
+        target = await conn.fetchval(*statement("migrations_schema").bind())
+        in_public_still = await conn.fetchval(*statement("migrations_old_layout").bind(schema=target))
+        run_in = "public" if in_public_still else target
+        await conn.fetchval(*statement("migrations_in_schema").bind(schema=run_in))
+        await conn.execute(*statement("migrations_make_schema").bind())
         await conn.execute(*statement("migrations_prepare").bind())
         done = {r["version"] for r in await conn.fetch(*statement("migrations_applied").bind())}
-        for sql, versions in _plan(done, list(plugins)):
-            await conn.execute(sql)
+        for sql, versions in _plan(done, plugins):
+            await conn.execute(in_schema(sql, run_in))
             for version in versions:
                 await conn.execute(*statement("migrations_record").bind(version=version))
             applied_now += versions
+        names = created_names(plugins)
+        if in_public_still:
+            await conn.fetchval(*statement("migrations_in_schema").bind(schema=target))
+            await conn.execute(*statement("migrations_make_schema").bind())
+            await conn.fetchval(*statement("migrations_relocate").bind(names=names, schema=target))
+        if applied_now or in_public_still:
+            await conn.fetchval(*statement("migrations_pin").bind(names=names, schema=target))
     return applied_now
 
 

@@ -24,6 +24,7 @@ from serving_kit import free_socket
 
 from app.devdb import LocalPostgres
 from app.engine.db import create_pool
+from app.runtime import in_schema
 from tests import factories
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,8 +129,9 @@ async def logins_connected(data_dir: Path) -> set[str]:
 
 
 def _local_dsn(data_dir: Path) -> str:
+    """The embedded database's URL, in the queue's schema (as `make run`'s own)."""
     server = LocalPostgres(data_dir)
-    return server.dsn(server.running_port(), "skiplock")
+    return in_schema(server.dsn(server.running_port(), "skiplock"), "skiplock")
 
 
 def run_the_printed_curl(command: str) -> dict:

@@ -196,6 +196,9 @@ async def test_migrations_go_direct_and_are_safe_behind_the_pooler_too(pg_server
     admin = await asyncpg.connect(pg_server)
     await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     await admin.execute(f'CREATE DATABASE "{name}"')
+    # behind a pooler the URL carries no schema: the sessions' default names it, as
+    # docs/deploy.md#behind-a-connection-pooler says
+    await admin.execute(f'ALTER DATABASE "{name}" SET search_path = skiplock')
     direct, pooled = f"{pg_server.rpartition('/')[0]}/{name}", pgbouncer.dsn(name)
     try:
         env = {**os.environ, "DATABASE_URL": pooled, "DATABASE_DIRECT_URL": direct, "PIPELINE_PLUGINS": ""}
