@@ -576,7 +576,8 @@ class Chaos:
         admin = await asyncpg.connect(self.pg.dsn(port))
         await admin.execute("CREATE DATABASE chaos")
         await admin.close()
-        self.dsn = self.pg.dsn(port, "chaos")
+        from app.runtime import in_schema
+        self.dsn = in_schema(self.pg.dsn(port, "chaos"), "skiplock")  # as the app's own URLs
         self.daily_units = 1_000_000
         self.site = ServedInThread(site_and_llm(self.site_faults, self.scale.pages))
         self.redis_port = free_port()

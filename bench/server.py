@@ -17,6 +17,7 @@ import asyncpg
 from app.engine import db
 from app.engine.db import connect
 from app.engine.migrate import migrate
+from app.runtime import in_schema
 from app.outreach.plugin import PLUGIN
 
 from bench.machine import CpuMeter, parent_pid
@@ -74,7 +75,7 @@ class Server:
         base, _, _ = self.admin_dsn.partition("?")
         head, _, _ = base.rpartition("/")
         query = self.admin_dsn[len(base):]
-        return f"{head}/{database}{query}"
+        return in_schema(f"{head}/{database}{query}", "skiplock")  # the queue's schema, as the app's URLs
 
     async def fresh_database(self, name: str) -> str:
         """Drop and create `name`, apply the migrations, return its DSN."""
