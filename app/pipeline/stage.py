@@ -122,6 +122,11 @@ class Stage:
                     epoch, UTC) enqueues one job of it, payload {"period": its start}, in
                     the ownerless lane; at most one is open at a time, and periods no run
                     started in are not caught up.
+    global_concurrency: at most this many of the stage's jobs held at once across every
+                    run, worker and process (a rationed API's own limit): claims of the
+                    stage take turns, and each takes no more than the live leases of every
+                    run leave room for. A job held back waits, pending, and uses no
+                    attempt; a dead holder's place comes back when its lease expires.
     """
     type: str
     handler: JobHandler | None = None
@@ -138,6 +143,7 @@ class Stage:
     dedupe: DedupeKey | None = None
     accepts: Accepts | None = None
     every: float | timedelta | None = None
+    global_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         if not self.type or not isinstance(self.type, str):
@@ -152,8 +158,11 @@ class Stage:
                 raise ValueError(f"stage {self.type!r}: {name} {_name(fn)} is not an async function: "
                                  f"make it `async def` (and call blocking work inside it with "
                                  f"`await asyncio.to_thread(...)`)")
-        for name in ("batch", "concurrency", "max_attempts"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+        for name in ("batch", "concurrency", "max_attempts", "global_concurrency"):
+            value = getattr(self, name)
+            if name == "global_concurrency" and value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"stage {self.type!r}: {name} must be a whole number >= 1")
         if self.payload is not None and not (isinstance(self.payload, type) and issubclass(self.payload, BaseModel)):
             raise ValueError(f"stage {self.type!r}: payload must be a pydantic model class")
@@ -168,7 +177,7 @@ class Stage:
 
     @property
     def lease_terms(self) -> Lease:
-        return Lease(self.type, self.lease, self.max_attempts)
+        return Lease(self.type, self.lease, self.max_attempts, self.global_concurrency)
 
     def people_dedupe_key(self, lane: uuid.UUID, payload: dict[str, Any], given: str | None) -> str | None:
         """The dedupe key of a job people enqueue: the stage's own when it has one (a
