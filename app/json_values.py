@@ -29,4 +29,4 @@ def stage_json(stage: Any, paused: dict[str, datetime]) -> dict[str, Any]:
     each paused stage's time (app.engine.stages.paused_stages)."""
     return {"type": stage.type, "batch": stage.batch, "concurrency": stage.concurrency,
             "leaseSeconds": stage.lease, "maxAttempts": stage.max_attempts,
-            "paused": stage.type in paused, "pausedAt": iso(paused.get(stage.type))}
+            "globalConcurrency": stage.global_concurrency, "paused": stage.type in paused, "pausedAt": iso(paused.get(stage.type))}

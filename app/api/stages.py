@@ -26,6 +26,8 @@ class StageOut(BaseModel):
     concurrency: int = Field(description="of those, run at once by one run")
     leaseSeconds: float = Field(description="how long a claim holds a job before another run may take it")
     maxAttempts: int
+    globalConcurrency: int | None = Field(description="at most this many of its jobs held at once across "
+                                                      "every run; null: no such limit")
     paused: bool = Field(description="true: nothing of this stage is claimed, in any lane, until it is resumed")
     pausedAt: datetime | None
 
