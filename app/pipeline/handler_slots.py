@@ -24,18 +24,9 @@ class HandlerSlots:
         self._whole = False
 
     @asynccontextmanager
-    async def one(self, stage: Stage) -> AsyncIterator[None]:
-        """One slot of `stage`'s, held inside."""
-        await self._take(stage, whole=False)
-        try:
-            yield
-        finally:
-            self._give()
-
-    @asynccontextmanager
-    async def every(self, stage: Stage) -> AsyncIterator[None]:
-        """All of the slots, for one batch handler."""
-        await self._take(stage, whole=True)
+    async def hold(self, stage: Stage, *, whole: bool = False) -> AsyncIterator[None]:
+        """One slot of `stage`'s, held inside; whole: all of them, for one batch handler."""
+        await self._take(stage, whole)
         try:
             yield
         finally:

@@ -424,7 +424,7 @@ class Pipeline:
     async def _run_handlers(self, stage: Stage, jobs: list[Job], ctx: Context, out: BatchEndings,
                             hard_deadline: float) -> None:
         if stage.batch_handler is not None:
-            async with self._slots.every(stage):
+            async with self._slots.hold(stage, whole=True):
                 await self._call_batch(stage, jobs, ctx, out, hard_deadline)
             return
         # up to `concurrency` runners taking the jobs in order, each in a slot of its own
@@ -432,7 +432,7 @@ class Pipeline:
         queue = iter(jobs)
 
         async def runner() -> None:
-            async with self._slots.one(stage):
+            async with self._slots.hold(stage):
                 for job in queue:
                     await self._call_one(stage, job, ctx, out, hard_deadline)
         if stage.concurrency == 1 or len(jobs) == 1:
