@@ -6,7 +6,8 @@ object with 60,000 unknown keys sent to a tenant route (`POST /campaigns`) with 
 flight for a few seconds, while /health/live is asked every 10 ms. It cost about 0.3 s of
 the event loop each before its 422 (most of it building 60,001 validation errors), and took
 /health/live from 1-3 ms to p50 384 ms, max 993 ms. Now the shape is refused before it is
-parsed (413 body_too_complex) and /health/live stays under 50 ms at p99."""
+parsed (413 body_too_complex) and /health/live stays under 50 ms at p50 and 200 ms at p99,
+bounds a stall cannot meet that a busy machine running the suite's other tests still does."""
 
 from __future__ import annotations
 
@@ -80,8 +81,9 @@ async def test_sixty_thousand_unknown_keys_do_not_stall_the_loop(served, pool):
         thread.join()
     assert len(answers) >= 8 and all(a.startswith(b"HTTP/1.1 413 ") and b"body_too_complex" in a for a in answers)
     seconds.sort()
-    p99 = seconds[int(len(seconds) * 0.99)]
-    assert p99 < 0.050, f"/health/live p99 {p99 * 1000:.0f} ms over {len(seconds)} probes (max {seconds[-1] * 1000:.0f})"
+    p50, p99 = seconds[len(seconds) // 2], seconds[int(len(seconds) * 0.99)]
+    assert p50 < 0.050 and p99 < 0.200, (f"/health/live p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms over "
+                                          f"{len(seconds)} probes (max {seconds[-1] * 1000:.0f})")
 
 
 @pytest.mark.parametrize("body, why", [
