@@ -15,7 +15,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 from typing import Any, Callable, Iterator, Mapping
 
 import asyncpg
@@ -77,6 +77,8 @@ def in_schema(url: str, schema: str) -> str:
     what counts there (docs/deploy.md#behind-a-connection-pooler)."""
     parts = urlsplit(url)
     option = f"-c search_path={schema}"
+    if ("options", option) in parse_qsl(parts.query):
+        return url
     query = "&".join(p for p in [parts.query, urlencode({"options": option}, quote_via=quote)] if p)
     return urlunsplit(parts._replace(query=query))
 
@@ -176,6 +178,11 @@ def job_json(r: Mapping[str, Any]) -> dict[str, Any]:
     if "errors" in r.keys():  # one job shown; lists leave them out
         out["errors"] = r["errors"]
     return out
+
+
+def user_stages(stages: list[Stage]) -> list[Stage]:
+    """The stages people run and control (not the pipeline's own housekeeping)."""
+    return [s for s in stages if not s.internal]
 
 
 def handled_types(stages: list[Stage]) -> list[str]:

@@ -29,7 +29,7 @@ from app.engine import runs as run_log
 from app.engine import stages as stages_engine
 from app.engine.queries import statement
 from app.json_values import iso
-from app.runtime import handled_types, run_json
+from app.runtime import handled_types, run_json, user_stages
 
 router = APIRouter(tags=["dashboard"])        # tenant routes: GET /stats
 page_router = APIRouter(include_in_schema=False)  # the page and its assets: no key needed to load them
@@ -132,7 +132,7 @@ async def stats(request: Request) -> JSONResponse:
     horizon = await queue_stats.horizon(db) if actor.is_admin else None
     paused = await stages_engine.paused_stages(db)
     stages = [{"type": s.type, "paused": s.type in paused, "pausedAt": iso(paused.get(s.type))}
-              for s in runtime.stages if not s.internal]
+              for s in user_stages(runtime.stages)]
     unhandled = queue_stats.unhandled([{"type": q["type"], "pending": q["ready"] + q["waiting"]} for q in queue],
                                       handled_types(runtime.stages))
     return JSONResponse({

@@ -8,7 +8,7 @@ import asyncpg
 from fastapi import Request
 
 from app.engine.tenancy import Actor
-from app.runtime import Runtime
+from app.runtime import Runtime, user_stages
 from app.pipeline.maintenance import MAINTENANCE_TYPE
 from app.pipeline.notifications import NOTIFY_TYPE
 
@@ -41,7 +41,7 @@ JOB_TYPES_MARK = "x-skiplock-job-types"
 
 def enqueueable_types_of(runtime: Runtime) -> list[str]:
     """Types a person may enqueue: the runtime's own stages, in order."""
-    return [s.type for s in runtime.stages if not s.internal]
+    return [s.type for s in user_stages(runtime.stages)]
 
 
 def listed_types_of(runtime: Runtime) -> list[str]:

@@ -16,6 +16,7 @@ from app.api.errors import ApiError
 from app.api.params import only_params
 from app.engine import stages as engine
 from app.json_values import stage_json
+from app.runtime import user_stages
 
 router = APIRouter(tags=["stages"])
 
@@ -41,16 +42,12 @@ class StagePause(BaseModel):
     paused: bool = Field(description="true: pause the stage for every lane; false: resume it")
 
 
-def _user_stages(request: Request) -> list:
-    return [s for s in request.app.state.runtime.stages if not s.internal]
-
-
 @router.get("/stages", response_model=StagePage, summary="List the stages",
             dependencies=[Depends(only_params())])
 async def list_stages(request: Request) -> dict[str, Any]:
     """The stages this deployment runs, earliest first, and whether each is paused."""
     paused = await engine.paused_stages(await pool_of(request))
-    return {"data": [stage_json(s, paused) for s in _user_stages(request)]}
+    return {"data": [stage_json(s, paused) for s in user_stages(request.app.state.runtime.stages)]}
 
 
 @router.patch("/stages/{type}", response_model=StageOut, summary="Pause or resume a stage (operators)",
@@ -61,7 +58,7 @@ async def pause_stage(body: StagePause, request: Request,
                       type_: str = Path(alias="type", description="the stage's job type")) -> dict[str, Any]:
     """Pause a stage for every lane (running jobs finish; nothing more is claimed) or
     resume it. Audited; the next claim sees it."""
-    stage = next((s for s in _user_stages(request) if s.type == type_), None)
+    stage = next((s for s in user_stages(request.app.state.runtime.stages) if s.type == type_), None)
     if stage is None:
         raise ApiError(404, "not_found", f"no stage {type_!r} runs here")
     db = await pool_of(request)

@@ -9,6 +9,7 @@ from app.cli.jobs import _json_arg, acting_as_cli
 from app.cli.output import render, table
 from app.engine import stages as engine
 from app.json_values import stage_json
+from app.runtime import user_stages
 
 STAGE_COLUMNS = [("STAGE", "type"), ("BATCH", "batch"), ("CONCURRENCY", "concurrency"),
                  ("MAX ATTEMPTS", "maxAttempts"), ("STATE", "state")]
@@ -28,10 +29,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         cmd.set_defaults(run=stage_pause, paused=paused)
 
 
-def _user_stages(cli) -> list:
-    return [s for s in cli.stages if not s.internal]
-
-
 def _state(stage: dict) -> str:
     return f"paused since {stage['pausedAt']}" if stage["paused"] else "running"
 
@@ -39,13 +36,13 @@ def _state(stage: dict) -> str:
 async def stages_ls(args, cli) -> str:
     async with acting_as_cli(cli.dsn) as db:
         paused = await engine.paused_stages(db)
-    data = [stage_json(s, paused) for s in _user_stages(cli)]
+    data = [stage_json(s, paused) for s in user_stages(cli.stages)]
     return render({"data": data}, args.json, lambda page: table(
         [{**s, "state": _state(s)} for s in page["data"]], STAGE_COLUMNS, empty="(no stages loaded)"))
 
 
 async def stage_pause(args, cli) -> str:
-    stage = next((s for s in _user_stages(cli) if s.type == args.type), None)
+    stage = next((s for s in user_stages(cli.stages) if s.type == args.type), None)
     if stage is None:
         raise cli.bad_input(f"no stage {args.type!r} runs here (skiplock stages ls lists them)")
     async with acting_as_cli(cli.dsn) as db:

@@ -93,7 +93,7 @@ _CREATES = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:UNLOGGED\s+)?(?:MATERI
                       r"(?:public\.)?([a-z_][a-z0-9_]*)|\bRENAME\s+TO\s+([a-z_][a-z0-9_]*)", re.IGNORECASE)
 
 
-def in_schema(sql: str, schema: str) -> str:
+def for_schema(sql: str, schema: str) -> str:
     """A migration's text for the schema it runs in."""
     return _IN_PUBLIC.sub(lambda m: m.group(0).replace("public", f'"{schema}"'), sql)
 
@@ -120,7 +120,7 @@ async def migrate(conn: asyncpg.Connection, plugins: Iterable[PluginSql]) -> lis
         await conn.execute(*statement("migrations_prepare").bind())
         done = {r["version"] for r in await conn.fetch(*statement("migrations_applied").bind())}
         for sql, versions in _plan(done, plugins):
-            await conn.execute(in_schema(sql, run_in))
+            await conn.execute(for_schema(sql, run_in))
             for version in versions:
                 await conn.execute(*statement("migrations_record").bind(version=version))
             applied_now += versions
