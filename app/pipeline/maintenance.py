@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from app.engine import audit, batches, events, idempotency
 from app.engine import jobs as q
 from app.engine.queries import statement
 from app.engine.runs import close_abandoned_runs
-from app.pipeline import notifications, outcomes
+from app.json_values import iso
+from app.pipeline import notifications, outcomes, schedule
 from app.pipeline.stage import Context, Stage
 
 log = logging.getLogger("skiplock.maintenance")
@@ -149,14 +150,43 @@ async def schedule_due(pool) -> list[str]:
 
 
 async def schedule_periodic(pool, stages: list[Stage]) -> list[str]:
-    """Enqueue a job of each periodic stage (Stage.every) whose current period has not
-    been ticked yet; the types enqueued."""
-    periodic = [s for s in stages if s.every is not None]
+    """Enqueue a job for each period of a periodic stage (Stage.every, Stage.cron) that is
+    due and has not been ticked yet (schedule.due_periods); the type of each job enqueued."""
+    periodic = {s.type: s for s in stages if s.schedule is not None}
     if not periodic:
         return []
-    rows = await pool.fetch(*statement("periodic_tick").bind(types=[s.type for s in periodic],
-                                                             periods=[s.every for s in periodic]))
+    types, periods, dedupe_keys = [], [], []
+    for row in await pool.fetch(*statement("periodic_last").bind(types=list(periodic))):
+        stage = periodic[row["type"]]
+        for period in schedule.due_periods(stage.schedule, row["now"], row["last_period"], stage.catch_up):
+            types.append(stage.type)
+            periods.append(period)
+            # with catch-up each period's job is its own; without, one is open at a time
+            dedupe_keys.append(f"periodic:{stage.type}:{period.isoformat()}" if stage.catch_up
+                               else f"periodic:{stage.type}")
+    if not types:
+        return []
+    rows = await pool.fetch(*statement("periodic_tick").bind(types=types, periods=periods,
+                                                             dedupe_keys=dedupe_keys))
     return [r["type"] for r in rows]
+
+
+async def periodic_schedules(db, stages: list[Stage]) -> dict[str, dict[str, Any]]:
+    """Each periodic stage's schedule as people read it (GET /stages, the dashboard,
+    `skiplock status`): every or cron and timezone, catchUp, the period last enqueued and
+    when, and the next period's start."""
+    periodic = {s.type: s for s in stages if s.schedule is not None}
+    if not periodic:
+        return {}
+    out = {}
+    for row in await db.fetch(*statement("periodic_last").bind(types=list(periodic))):
+        stage = periodic[row["type"]]
+        enqueued = row["last_enqueued_at"]
+        out[stage.type] = {**stage.schedule.describe(), "catchUp": stage.catch_up,
+                           "lastPeriod": iso(row["last_period"]),
+                           "lastEnqueuedSecondsAgo": (row["now"] - enqueued).total_seconds() if enqueued else None,
+                           "nextPeriod": iso(stage.schedule.next_after(row["now"]))}
+    return out
 
 
 def maintenance_stage(stages: list[Stage]) -> Stage:

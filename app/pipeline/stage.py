@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import math
 import sys
 import time
 import uuid
@@ -18,6 +17,8 @@ from pydantic import BaseModel
 from app.engine.batches import report_progress
 from app.engine.jobs import Job, Lease
 from app.engine.runs import QUOTA_STOP_REASONS
+from app.pipeline.schedule import Schedule
+from app.pipeline.schedule import parse as parse_schedule
 
 JobHandler = Callable[[Job, "Context"], Awaitable[Any]]
 BatchHandler = Callable[[list[Job], "Context"], Awaitable["dict[uuid.UUID, BaseException] | None"]]
@@ -120,8 +121,14 @@ class Stage:
     every:          seconds (or a timedelta): a periodic stage. The first run that starts
                     in each period (periods start on multiples of `every` since the Unix
                     epoch, UTC) enqueues one job of it, payload {"period": its start}, in
-                    the ownerless lane; at most one is open at a time, and periods no run
-                    started in are not caught up.
+                    the ownerless lane; at most one is open at a time.
+    cron, tz:       a periodic stage whose periods begin at the times a cron expression
+                    names ("0 3 * * MON-FRI") on the clock of the IANA zone `tz` (default
+                    "UTC"), daylight-saving changes as Debian's cron treats them
+                    (app/pipeline/schedule.py). Instead of `every`, never with it.
+    catch_up:       periods missed while no run started (since the one last enqueued)
+                    that a periodic stage still gets a job for, each its own, the most
+                    recent `catch_up` of them (0: only the current period).
     global_concurrency: at most this many of the stage's jobs held at once across every
                     run, worker and process (a rationed API's own limit): claims of the
                     stage take turns, and each takes no more than the live leases of every
@@ -143,7 +150,12 @@ class Stage:
     dedupe: DedupeKey | None = None
     accepts: Accepts | None = None
     every: float | timedelta | None = None
+    cron: str | None = None
+    tz: str | None = None
+    catch_up: int = 0
     global_concurrency: int | None = None
+    # every or cron as the scheduler reads it (None: not periodic)
+    schedule: Schedule | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.type or not isinstance(self.type, str):
@@ -172,8 +184,8 @@ class Stage:
             raise ValueError(f"stage {self.type!r}: timeout must be positive and shorter than the lease")
         if self.every is not None:
             object.__setattr__(self, "every", _seconds(self.every))
-            if not (1 <= self.every < math.inf):  # NaN too
-                raise ValueError(f"stage {self.type!r}: every must be at least one second, and finite")
+        object.__setattr__(self, "schedule", parse_schedule(self.type, self.every, self.cron, self.tz,
+                                                            self.catch_up))
 
     @property
     def lease_terms(self) -> Lease:

@@ -1,12 +1,12 @@
--- Enqueue a job of each periodic stage whose current period has no tick yet. :types the
--- stages' types, :periods their periods in seconds (periods start on multiples of it since the
--- Unix epoch, UTC). As in recurring_tick.sql the tick row decides who enqueues, once per
--- period however many runs start at once; the dedupe key keeps one open job per stage,
--- so a job still waiting or running from an earlier period (deferred, retrying, slow)
--- means this period adds none, and a pipeline that was down does not catch up a backlog.
+-- Enqueue a job for each (:types, :periods, :dedupe_keys) row: a periodic stage's period
+-- (the instant it begins) that app/pipeline/schedule.py found due, with the dedupe key of
+-- its job. As in recurring_tick.sql the tick row decides who enqueues, once per period
+-- however many runs start at once. A stage without catch-up gives each period the key
+-- `periodic:<type>`, so a job still open from an earlier period (deferred, retrying, slow)
+-- means this one adds none; one with catch-up gives each period its own key.
 WITH due AS (
-    SELECT t.type, to_timestamp(floor(extract(epoch FROM now()) / t.every) * t.every) AS period
-    FROM unnest(:types::text[], :periods::float8[]) AS t(type, every)
+    SELECT * FROM unnest(:types::text[], :periods::timestamptz[], :dedupe_keys::text[])
+        AS t(type, period, dedupe_key)
 ), ticked AS (
     INSERT INTO recurring_ticks (task, period)
     SELECT 'stage:' || type, period FROM due
@@ -14,8 +14,8 @@ WITH due AS (
     RETURNING task, period
 )
 INSERT INTO jobs (type, payload, dedupe_key)
-SELECT substr(task, length('stage:') + 1), jsonb_build_object('period', period),
-       'periodic:' || substr(task, length('stage:') + 1)
-FROM ticked
+SELECT due.type, jsonb_build_object('period', due.period), due.dedupe_key
+FROM ticked JOIN due ON ticked.task = 'stage:' || due.type AND ticked.period = due.period
+ORDER BY due.period
 ON CONFLICT (lane, dedupe_key) WHERE status IN ('pending', 'running') DO NOTHING
 RETURNING type
