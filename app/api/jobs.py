@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from app.api.cache import CACHED, cached_json, forget
 from app.api.deps import JOB_TYPES_MARK, enqueueable_types, listed_types, pool_of
 from app.api.errors import ApiError
-from app.api.pagination import ListQuery, Param, enum_param, uuid_param
+from app.api.pagination import ListQuery, Param, enum_param, text_param, time_param, uuid_param
 from app.api.payloads import not_admitted
 from app.api.params import only_params
 from app.engine import job_admin
@@ -47,6 +47,9 @@ JOB_LIST = ListQuery("jobs", [
     _type_param(),
     uuid_param("lane", "only jobs of this lane"),
     uuid_param("batch_id", "only jobs of this batch"),
+    time_param("since", "only jobs created at or after this time (no time zone: UTC)"),
+    time_param("until", "only jobs created before this time (no time zone: UTC)"),
+    text_param("error", "only jobs whose last_error contains this text, in any case"),
 ])
 
 
@@ -162,7 +165,8 @@ async def list_jobs(request: Request) -> Response:
         f = page.filters
         rows = await job_admin.list_jobs(
             await pool_of(request),
-            job_admin.JobFilter(f["status"], f["type"], f["lane"], f["batch_id"]),
+            job_admin.JobFilter(f["status"], f["type"], f["lane"], f["batch_id"], f["since"], f["until"],
+                                f["error"]),
             page.after[1] if page.after else None, page.limit + 1,
             own_lanes=not request.state.actor.is_admin)
         return page.answer(rows, job_json, lambda r: (r["created_at"], r["id"]))

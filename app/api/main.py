@@ -21,8 +21,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import (audit, batches, cron, dashboard, docs, errors, events, health, jobs, lanes, metrics,
-                     openapi, runs)
+from app.api import (audit, batches, cron, dashboard, docs, errors, events, health, job_bulk, job_story, jobs,
+                     lanes, metrics, openapi, runs)
 from app.api.auth import TENANT
 from app.api.body_limit import BodyLimit
 from app.api.body_shape import BodyShape
@@ -97,7 +97,7 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
     # Tenant routes: an API key, and row-level security in a transaction per request.
     # The plug-ins' routes are tenant routes too.
     plugin_routers = [r for p in runtime.plugins for r in p.tenant_routers()]
-    tenant_routers = [jobs.router, runs.router, lanes.router, stages_router, batches.router, *plugin_routers, audit.router,
+    tenant_routers = [jobs.router, job_bulk.router, job_story.router, runs.router, lanes.router, stages_router, batches.router, *plugin_routers, audit.router,
                       events.router, dashboard.router]
     for router in tenant_routers:
         app.include_router(router, dependencies=[TENANT])

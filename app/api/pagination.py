@@ -24,7 +24,7 @@ import re
 import secrets
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
 from fastapi import Request
@@ -244,3 +244,30 @@ def word_param(name: str, description: str, max_length: int = 100) -> Param:
             raise ValueError(f"must be 1 to {max_length} letters, digits or _ . : - (got {raw[:40]!r})")
         return raw
     return Param(name, description, {"type": "string", "pattern": pattern}, parse)
+
+
+def time_param(name: str, description: str) -> Param:
+    """A date-time (ISO 8601; no zone: UTC), kept within the years PostgreSQL and Python share."""
+    def parse(raw: str, request: Request) -> datetime:
+        # an unencoded '+' of an offset arrives as a space
+        text = re.sub(r" (\d\d:?\d\d)$", r"+\1", raw) if "T" in raw else raw
+        try:
+            at = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"must be a date-time like 2030-01-02T03:04:05Z (got {raw[:40]!r})") from None
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=timezone.utc)
+        if not 1970 <= at.year <= 9998:
+            raise ValueError(f"must be between 1970 and 9998 (got {raw[:40]!r})")
+        return at
+    return Param(name, description, {"type": "string", "format": "date-time"}, parse)
+
+
+def text_param(name: str, description: str, max_length: int = 200) -> Param:
+    """Free text to search for: 1 to `max_length` characters, no NUL (PostgreSQL text holds none)."""
+    def parse(raw: str, request: Request) -> str:
+        if not 1 <= len(raw) <= max_length or "\x00" in raw:
+            raise ValueError(f"must be 1 to {max_length} characters without NUL (got {len(raw)})")
+        return raw
+    return Param(name, description, {"type": "string", "minLength": 1, "maxLength": max_length,
+                                     "pattern": "^[^\\u0000]*$"}, parse)

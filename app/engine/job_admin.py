@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 
 import asyncpg
 
@@ -18,6 +19,9 @@ class JobFilter:
     type: str | None = None
     lane: uuid.UUID | None = None
     batch_id: uuid.UUID | None = None
+    since: datetime | None = None   # created at or after
+    until: datetime | None = None   # created before
+    error: str | None = None        # text in last_error, any case
 
 
 async def list_jobs(db, where: JobFilter, after: uuid.UUID | None, limit: int, *,
@@ -29,7 +33,7 @@ async def list_jobs(db, where: JobFilter, after: uuid.UUID | None, limit: int, *
     on one lane (but the all-zero lane, which the lane index leaves out) reads that lane
     the same way, for anyone."""
     page = dict(status=where.status, type=where.type, lane=where.lane, batch_id=where.batch_id,
-                after=after, limit=limit)
+                since=where.since, until=where.until, error=where.error, after=after, limit=limit)
     if own_lanes:
         return await db.fetch(*statement("jobs_list_by_lanes").bind(**page, lanes=None))
     if where.lane is not None and where.lane != DEFAULT_LANE:

@@ -1,5 +1,6 @@
 -- GET /jobs: newest first, one keyset page. Filters are optional (:status status, :type type,
--- :lane lane, :batch_id batch); the page starts strictly after the job :after when given. Job ids grow
+-- :lane lane, :batch_id batch, :since / :until created in [since, until), :error text found in
+-- last_error, any case); the page starts strictly after the job :after when given. Job ids grow
 -- with creation time (migration 0026), so the primary key serves the page however deep
 -- it is, in custom and generic plans alike: the bound is never NULL.
 SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
@@ -10,5 +11,8 @@ WHERE id < coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff')
   AND (:type::text IS NULL OR type = :type)
   AND (:lane::uuid IS NULL OR lane = :lane)
   AND (:batch_id::uuid IS NULL OR batch_id = :batch_id)
+  AND (:since::timestamptz IS NULL OR created_at >= :since)
+  AND (:until::timestamptz IS NULL OR created_at < :until)
+  AND (:error::text IS NULL OR strpos(lower(last_error), lower(:error)) > 0)
 ORDER BY id DESC
 LIMIT :limit

@@ -5,7 +5,8 @@
 -- the all-zero lane out. Running jobs are only as many as the runs hold, so they are read
 -- apart (off jobs_running_idx; row-level security keeps a tenant's). The page is the
 -- newest :limit of both: a tenant's page never reads another tenant's pending or finished
--- jobs. :status status, :type type, :lane lane, :batch_id batch (each optional), :after the cursor's job, :limit
+-- jobs. :status status, :type type, :lane lane, :batch_id batch, :since / :until created in
+-- [since, until), :error text in last_error (each optional), :after the cursor's job, :limit
 -- how many, :lanes the lanes to read (never the all-zero lane; NULL: the caller's own).
 SELECT *
 FROM (
@@ -23,6 +24,9 @@ FROM (
           AND (:status::text IS NULL OR status = :status)
           AND (:type::text IS NULL OR type = :type)
           AND (:batch_id::uuid IS NULL OR batch_id = :batch_id)
+          AND (:since::timestamptz IS NULL OR created_at >= :since)
+          AND (:until::timestamptz IS NULL OR created_at < :until)
+          AND (:error::text IS NULL OR strpos(lower(last_error), lower(:error)) > 0)
         -- One lane, newest first, in the lane index's order. Were the lane named by an
         -- equality, the planner would treat it as fixed and drop it from this order, and a
         -- generic plan could then walk the primary key instead, betting (on a lane with half
@@ -40,6 +44,9 @@ FROM (
       AND (:type::text IS NULL OR type = :type)
       AND (:lane::uuid IS NULL OR lane = :lane)
       AND (:batch_id::uuid IS NULL OR batch_id = :batch_id)
+      AND (:since::timestamptz IS NULL OR created_at >= :since)
+      AND (:until::timestamptz IS NULL OR created_at < :until)
+      AND (:error::text IS NULL OR strpos(lower(last_error), lower(:error)) > 0)
 ) page
 ORDER BY id DESC
 LIMIT :limit
