@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Awaitable, Callable
 
 from app.engine import audit, batches, events, idempotency
@@ -149,14 +150,15 @@ async def schedule_due(pool) -> list[str]:
     return [r["task"] for r in rows]
 
 
-async def schedule_periodic(pool, stages: list[Stage]) -> list[str]:
+async def schedule_periodic(pool, stages: list[Stage], at: datetime | None = None) -> list[str]:
     """Enqueue a job for each period of a periodic stage (Stage.every, Stage.cron) that is
-    due and has not been ticked yet (schedule.due_periods); the type of each job enqueued."""
+    due and has not been ticked yet (schedule.due_periods); the type of each job enqueued.
+    `at`: schedule as of this instant instead of the database's clock (a replayed night)."""
     periodic = {s.type: s for s in stages if s.schedule is not None}
     if not periodic:
         return []
     types, periods, dedupe_keys = [], [], []
-    for row in await pool.fetch(*statement("periodic_last").bind(types=list(periodic))):
+    for row in await pool.fetch(*statement("periodic_last").bind(types=list(periodic), at=at)):
         stage = periodic[row["type"]]
         for period in schedule.due_periods(stage.schedule, row["now"], row["last_period"], stage.catch_up):
             types.append(stage.type)
@@ -179,7 +181,7 @@ async def periodic_schedules(db, stages: list[Stage]) -> dict[str, dict[str, Any
     if not periodic:
         return {}
     out = {}
-    for row in await db.fetch(*statement("periodic_last").bind(types=list(periodic))):
+    for row in await db.fetch(*statement("periodic_last").bind(types=list(periodic), at=None)):
         stage = periodic[row["type"]]
         enqueued = row["last_enqueued_at"]
         out[stage.type] = {**stage.schedule.describe(), "catchUp": stage.catch_up,

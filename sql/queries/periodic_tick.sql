@@ -10,12 +10,13 @@ WITH due AS (
 ), ticked AS (
     INSERT INTO recurring_ticks (task, period)
     SELECT 'stage:' || type, period FROM due
+    ORDER BY type, period  -- every scheduler takes the ticks' keys in one order: no deadlock
     ON CONFLICT (task, period) DO NOTHING
     RETURNING task, period
 )
 INSERT INTO jobs (type, payload, dedupe_key)
 SELECT due.type, jsonb_build_object('period', due.period), due.dedupe_key
 FROM ticked JOIN due ON ticked.task = 'stage:' || due.type AND ticked.period = due.period
-ORDER BY due.period
+ORDER BY due.type, due.period
 ON CONFLICT (lane, dedupe_key) WHERE status IN ('pending', 'running') DO NOTHING
 RETURNING type
