@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import asyncpg
 
+from app.engine.claim_limits import Rate, claim_within_limits
 from app.engine.db import retry_deadlock
 from app.engine.queries import statement
 
@@ -39,8 +39,6 @@ class Job:
 _JOB_FIELDS = ("id", "type", "payload", "attempts", "lane", "run_id", "batch_id", "dedupe_key",
                "created_at")
 _CLAIM = statement("claim")  # the hot path: translated once, here
-_LIMIT_TURN = statement("claim_limit_turn")
-_LIMIT_HELD = statement("claim_limit_held")
 
 
 @dataclass
@@ -58,11 +56,18 @@ class NewJob:
 @dataclass
 class Lease:
     """What a stage promises about its jobs: how long a claim holds, how many tries, and
-    how many may be held at once across every run (None: no such limit)."""
+    its limits across every run (None: no such limit; claim_limits.py): how many may be
+    held at once, how many start in a window, and the key they hold per (limit_by)."""
     type: str
     lease_seconds: float
     max_attempts: int
     global_concurrency: int | None = None
+    rate: Rate | None = None
+    limit_by: str | None = None
+
+    @property
+    def limited(self) -> bool:
+        return self.global_concurrency is not None or self.rate is not None
 
 
 async def enqueue(db, job: NewJob) -> uuid.UUID | None:
@@ -119,34 +124,15 @@ async def finish_and_claim(db, lease: Lease, run_id: uuid.UUID, limit: int,
         return _CLAIM.bind(type=lease.type, limit=n, run_id=run_id, lease_seconds=float(lease.lease_seconds),
                            max_attempts=lease.max_attempts, done=done, hand_back=list(back),
                            hand_back_until=list(back.values()))
-    if lease.global_concurrency is None:
+    if not lease.limited:
         args = claim_up_to(limit)
         rows = await retry_deadlock(db, lambda: db.fetch(*args))
+        first = rows[0]
+        claimed = [Job.from_row(r) for r in rows] if first["id"] is not None else []
     else:
-        rows = await retry_deadlock(db, lambda: _claim_within_limit(db, lease, limit, claim_up_to))
-    first = rows[0]
-    claimed = [Job.from_row(r) for r in rows] if first["id"] is not None else []
+        first, rows = await retry_deadlock(db, lambda: claim_within_limits(db, lease, run_id, limit, claim_up_to))
+        claimed = [Job.from_row(r) for r in rows]
     return FinishedAndClaimed(done=first["done"], handed_back=first["handed_back"], claimed=claimed)
-
-
-async def _claim_within_limit(db, lease: Lease, limit: int, claim_up_to) -> list:
-    """A stage with a global_concurrency: its claims take turns (a lock per type, held to
-    the commit), and the claim, a statement after the lock, sees every claim committed
-    before it, so it takes no more than the live leases of every run leave room for."""
-    async with _one_connection(db) as conn, conn.transaction():
-        await conn.execute(*_LIMIT_TURN.bind(type=lease.type))
-        held = await conn.fetchval(*_LIMIT_HELD.bind(type=lease.type, lease_seconds=float(lease.lease_seconds)))
-        return await conn.fetch(*claim_up_to(max(0, min(limit, lease.global_concurrency - held))))
-
-
-@asynccontextmanager
-async def _one_connection(db) -> AsyncIterator[asyncpg.Connection]:
-    """db's connection: a pool's (or the run's, OneConnection's) for the block, or db itself."""
-    if hasattr(db, "acquire"):
-        async with db.acquire() as conn:
-            yield conn
-    else:
-        yield db
 
 
 async def complete(db, run_id: uuid.UUID, ids: Iterable[uuid.UUID]) -> list[uuid.UUID]:

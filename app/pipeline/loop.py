@@ -334,9 +334,9 @@ class Pipeline:
     def _may_prefetch(self, stage: Stage) -> bool:
         """Claim stage's next batch while this one runs? Only when every stage ahead of it
         was found empty a moment ago (earlier stages win every batch), and no stage after
-        it is due its turn."""
+        it is due its turn. Never a rated stage's: its starts count from their claim."""
         now = time.monotonic()
-        if self._due_a_turn(after=stage) is not None:
+        if stage.rate is not None or self._due_a_turn(after=stage) is not None:
             return False
         for ahead in self.stages:
             if ahead is stage:

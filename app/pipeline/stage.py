@@ -15,6 +15,7 @@ from typing import Any, Awaitable, Callable
 from pydantic import BaseModel
 
 from app.engine.batches import report_progress
+from app.engine.claim_limits import LimitKey, Rate
 from app.engine.jobs import Job, Lease
 from app.engine.runs import QUOTA_STOP_REASONS
 from app.pipeline.schedule import Schedule
@@ -134,6 +135,16 @@ class Stage:
                     stage take turns, and each takes no more than the live leases of every
                     run leave room for. A job held back waits, pending, and uses no
                     attempt; a dead holder's place comes back when its lease expires.
+    rate:           (N, per_seconds): at most N of the stage's jobs start in any
+                    per_seconds (a timedelta too), across every run, worker and process. A
+                    start counts from its claim, so a rated stage claims no more than it
+                    starts at once (batch <= concurrency for a `handler`) and does not
+                    claim ahead. A job held back waits, pending, and uses no attempt.
+    limit_by:       "lane" or "payload.<field>" ("payload.account.id" for a nested one):
+                    global_concurrency and rate hold per key taken from the job (its lane,
+                    the text at that place in its payload, '' when there is none), not for
+                    the stage as a whole. A job whose key is at its limit waits; the other
+                    keys' jobs are claimed. It needs one of the two limits.
     """
     type: str
     handler: JobHandler | None = None
@@ -154,6 +165,8 @@ class Stage:
     tz: str | None = None
     catch_up: int = 0
     global_concurrency: int | None = None
+    rate: tuple[int, float | timedelta] | Rate | None = None
+    limit_by: str | None = None
     # every or cron as the scheduler reads it (None: not periodic)
     schedule: Schedule | None = field(init=False, default=None, repr=False, compare=False)
 
@@ -176,6 +189,7 @@ class Stage:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"stage {self.type!r}: {name} must be a whole number >= 1")
+        self._check_limits()
         if self.payload is not None and not (isinstance(self.payload, type) and issubclass(self.payload, BaseModel)):
             raise ValueError(f"stage {self.type!r}: payload must be a pydantic model class")
         object.__setattr__(self, "lease", _seconds(self.lease))
@@ -187,9 +201,26 @@ class Stage:
         object.__setattr__(self, "schedule", parse_schedule(self.type, self.every, self.cron, self.tz,
                                                             self.catch_up))
 
+    def _check_limits(self) -> None:
+        """rate and limit_by, in the forms the claim reads (app/engine/claim_limits.py)."""
+        try:
+            if self.rate is not None and not isinstance(self.rate, Rate):
+                object.__setattr__(self, "rate", Rate.of(self.rate))
+            if self.limit_by is not None:
+                LimitKey.of(self.limit_by)
+        except ValueError as exc:
+            raise ValueError(f"stage {self.type!r}: {exc}") from None
+        if self.limit_by is not None and self.global_concurrency is None and self.rate is None:
+            raise ValueError(f"stage {self.type!r}: limit_by needs a limit to hold per key: "
+                             f"global_concurrency= or rate=")
+        if self.rate is not None and self.handler is not None and self.batch > self.concurrency:
+            raise ValueError(f"stage {self.type!r}: a rated stage's jobs start when they are claimed: "
+                             f"its batch ({self.batch}) must not be larger than its concurrency "
+                             f"({self.concurrency})")
+
     @property
     def lease_terms(self) -> Lease:
-        return Lease(self.type, self.lease, self.max_attempts, self.global_concurrency)
+        return Lease(self.type, self.lease, self.max_attempts, self.global_concurrency, self.rate, self.limit_by)
 
     def people_dedupe_key(self, lane: uuid.UUID, payload: dict[str, Any], given: str | None) -> str | None:
         """The dedupe key of a job people enqueue: the stage's own when it has one (a

@@ -1,3 +1,3 @@
--- Claims of a stage with a global_concurrency take turns, type by type: held until the
--- claiming transaction commits (app.engine.jobs._claim_within_limit).
-SELECT pg_advisory_xact_lock(hashtext('skiplock.global_concurrency'), hashtext(:type))
+-- Claims of a stage with limits across every run (global_concurrency, rate) take turns,
+-- type by type: held until the claiming transaction commits (app/engine/claim_limits.py).
+SELECT pg_advisory_xact_lock(hashtext('skiplock.claim_limit'), hashtext(:type))

@@ -1,0 +1,100 @@
+-- Claim up to :limit jobs of :type for run :run_id when the stage's limits hold per key
+-- (Stage.limit_by): no key gets more than its room, and the jobs of keys with no room are
+-- passed over, so the other keys' work is claimed. Run only by the holder of the type's
+-- claim turn (claim_limit_turn.sql), so the counts below are every committed claim's.
+--
+-- A key's room: :concurrency less its jobs held on a live lease, and :rate less its starts
+-- of the last :window_seconds (stage_starts); a limit given as NULL does not apply. The
+-- key is job_limit_key(lane, payload, :by_lane, :path).
+--
+-- The order is the claim's (claim.sql), simplified for a claim that is never contended
+-- (the turn serialises them): the lanes in claim order, each lane's oldest ready jobs of
+-- keys with room, then by lane priority, the lane's served count + its k-th job, age.
+-- Ready jobs come from the first 40 × :limit lanes, each lane's first :limit of keys with
+-- room; stale ones (their holder died: lease expired, attempts left) come first in their
+-- lane and key. A key whose backlog crowds a lane's first :limit leaves this claim fuller
+-- of it than its room allows, so the claim takes fewer; the next one, the key at its limit,
+-- passes its jobs over.
+WITH held AS (
+    SELECT job_limit_key(j.lane, j.payload, :by_lane, :path::text[]) AS key, count(*) AS n
+    FROM jobs j
+    WHERE j.type = :type AND j.status = 'running'
+      AND j.locked_at >= now() - make_interval(secs => :lease_seconds)
+    GROUP BY 1
+), started AS (
+    SELECT s.key, count(*) AS n
+    FROM stage_starts s
+    WHERE s.type = :type AND s.started_at > clock_timestamp() - make_interval(secs => :window_seconds)
+    GROUP BY s.key
+), rooms AS (
+    SELECT k.key, least(:concurrency::int - coalesce(h.n, 0), :rate::int - coalesce(s.n, 0)) AS room
+    FROM (SELECT key FROM held UNION SELECT key FROM started) k
+    LEFT JOIN held h ON h.key = k.key
+    LEFT JOIN started s ON s.key = k.key
+), lanes_in_order AS (
+    SELECT l.lane, l.priority, coalesce(l.head_at, '-infinity') AS live_from,
+           l.served + coalesce((SELECT sum(n.served) FROM job_lane_journal n
+                                WHERE n.type = l.type AND n.lane = l.lane), 0) AS served
+    FROM job_lanes l
+    WHERE l.type = :type AND l.pending > 0 AND NOT l.paused AND l.ready_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM paused_stages p WHERE p.type = :type)
+    ORDER BY l.priority DESC, l.served, l.head_at
+    LIMIT 40 * :limit
+), ready AS (
+    SELECT r.id, r.key, l.lane, l.priority, l.served, r.created_at, false AS stale
+    FROM lanes_in_order l
+    CROSS JOIN LATERAL (
+        SELECT j.id, job_limit_key(j.lane, j.payload, :by_lane, :path::text[]) AS key, j.created_at
+        FROM jobs j
+        WHERE j.status = 'pending' AND j.type = :type AND j.lane = l.lane AND j.run_after <= now()
+          AND j.created_at >= l.live_from
+          AND job_limit_key(j.lane, j.payload, :by_lane, :path::text[]) <> ALL (ARRAY(SELECT key FROM rooms WHERE room <= 0))
+        ORDER BY j.created_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ) r
+), stale AS (
+    SELECT j.id, job_limit_key(j.lane, j.payload, :by_lane, :path::text[]) AS key, j.lane,
+           coalesce(r.priority, 0) AS priority, coalesce(l.served, 0) AS served, j.created_at, true AS stale
+    FROM jobs j
+    LEFT JOIN lanes r ON r.id = j.lane
+    LEFT JOIN job_lanes l ON l.lane = j.lane AND l.type = j.type
+    WHERE j.type = :type AND j.status = 'running'
+      AND j.locked_at < now() - make_interval(secs => :lease_seconds)
+      AND j.attempts < :max_attempts
+      AND NOT coalesce(r.paused, false)
+      AND NOT EXISTS (SELECT 1 FROM paused_stages p WHERE p.type = :type)
+      AND j.run_id IS DISTINCT FROM :run_id  -- never this run's own (claim.sql says why)
+      AND job_limit_key(j.lane, j.payload, :by_lane, :path::text[]) <> ALL (ARRAY(SELECT key FROM rooms WHERE room <= 0))
+    ORDER BY priority DESC, served, j.created_at
+    LIMIT :limit
+    FOR UPDATE OF j SKIP LOCKED
+), candidates AS (
+    SELECT * FROM ready
+    UNION ALL
+    SELECT * FROM stale
+), within_room AS (
+    -- each key's first jobs in claim order (its stale ones first, as in a lane), as many
+    -- as its room
+    SELECT c.*
+    FROM (SELECT c.*, row_number() OVER (PARTITION BY c.key
+                                         ORDER BY c.stale DESC, c.priority DESC, c.served, c.created_at) AS nth
+          FROM candidates c) c
+    LEFT JOIN rooms r ON r.key = c.key
+    WHERE c.nth <= coalesce(r.room, least(:concurrency::int, :rate::int))
+), picked AS (
+    SELECT w.id
+    FROM (SELECT w.id, w.priority, w.created_at,
+                 w.served + row_number() OVER (PARTITION BY w.lane ORDER BY w.stale DESC, w.created_at) AS weight
+          FROM within_room w) w
+    ORDER BY w.priority DESC, w.weight, w.created_at
+    LIMIT :limit
+), claimed AS (
+    UPDATE jobs
+    SET status = 'running', locked_at = now(), attempts = jobs.attempts + 1, run_id = :run_id
+    WHERE jobs.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING jobs.id, jobs.type, jobs.payload, jobs.attempts, jobs.lane, jobs.run_id, jobs.batch_id,
+              jobs.dedupe_key, jobs.created_at,
+              job_limit_key(jobs.lane, jobs.payload, :by_lane, :path::text[]) AS limit_key
+)
+SELECT * FROM claimed ORDER BY created_at, id
