@@ -29,4 +29,10 @@ def stage_json(stage: Any, paused: dict[str, datetime]) -> dict[str, Any]:
     each paused stage's time (app.engine.stages.paused_stages)."""
     return {"type": stage.type, "batch": stage.batch, "concurrency": stage.concurrency,
             "leaseSeconds": stage.lease, "maxAttempts": stage.max_attempts,
-            "globalConcurrency": stage.global_concurrency, "paused": stage.type in paused, "pausedAt": iso(paused.get(stage.type))}
+            **stage_limits_json(stage), "paused": stage.type in paused, "pausedAt": iso(paused.get(stage.type))}
+
+
+def stage_limits_json(stage: Any) -> dict[str, Any]:
+    """A stage's limits across every run, as GET /stages and `skiplock status` show them."""
+    rate = stage.rate and {"starts": stage.rate.starts, "perSeconds": stage.rate.per_seconds}
+    return {"globalConcurrency": stage.global_concurrency, "rate": rate, "limitBy": stage.limit_by}

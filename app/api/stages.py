@@ -21,6 +21,11 @@ from app.runtime import user_stages
 router = APIRouter(tags=["stages"])
 
 
+class RateOut(BaseModel):
+    starts: int = Field(description="at most this many starts")
+    perSeconds: float = Field(description="in any window this long")
+
+
 class StageOut(BaseModel):
     type: str = Field(description="the job type the stage runs")
     batch: int = Field(description="jobs claimed at once")
@@ -29,6 +34,10 @@ class StageOut(BaseModel):
     maxAttempts: int
     globalConcurrency: int | None = Field(description="at most this many of its jobs held at once across "
                                                       "every run; null: no such limit")
+    rate: RateOut | None = Field(description="at most so many of its jobs start in any window, across "
+                                             "every run; null: no such limit")
+    limitBy: str | None = Field(description='"lane" or "payload.<field>": globalConcurrency and rate hold per '
+                                            "this key of the job; null: for the stage as a whole")
     paused: bool = Field(description="true: nothing of this stage is claimed, in any lane, until it is resumed")
     pausedAt: datetime | None
 

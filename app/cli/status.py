@@ -15,7 +15,8 @@ from app.cli.output import fields, render, span, table
 from app.engine import queue_stats
 from app.engine import runs as run_log
 from app.engine import stages as stages_engine
-from app.runtime import handled_types, run_json
+from app.json_values import stage_limits_json
+from app.runtime import handled_types, run_json, user_stages
 
 RECENT_SECONDS = 24 * 3600
 LAST_RUNS = 5
@@ -52,6 +53,8 @@ async def read_status(db, cli) -> dict[str, Any]:
             "periodic": [{"type": s.type, "everySeconds": s.every, "lastEnqueuedSecondsAgo": ticks.get(s.type)}
                          for s in periodic],
             "plugins": gauges, "horizon": await queue_stats.horizon(db),
+            "limits": [{"type": st.type, **stage_limits_json(st)} for st in user_stages(cli.stages)
+                       if st.lease_terms.limited],
             "unhandled": queue_stats.unhandled(list(depth.values()), handled_types(cli.stages))}
 
 
@@ -79,6 +82,19 @@ def horizon_text(h: dict[str, Any]) -> str:
             "(docs/operations.md#a-long-transaction-pins-the-horizon)\n" + fields(facts))
 
 
+def limits_text(lim: dict[str, Any]) -> str:
+    """A stage's limits across every run on one line: "at most 3 held at once, 5 starts per 2s,
+    per payload.account_id"."""
+    parts = []
+    if lim["globalConcurrency"] is not None:
+        parts.append(f"at most {lim['globalConcurrency']} held at once")
+    if lim["rate"] is not None:
+        parts.append(f"{lim['rate']['starts']} starts per {lim['rate']['perSeconds']:g}s")
+    if lim["limitBy"] is not None:
+        parts.append(f"per {lim['limitBy']}")
+    return ", ".join(parts)
+
+
 def status_text(s: dict[str, Any]) -> str:
     stages = table([{**r, "wait": span(r["oldestReadySeconds"])} for r in s["stages"]],
                    [("STAGE", "type"), ("PENDING", "pending"), ("PAUSED", "paused"), ("RUNNING", "running"),
@@ -91,6 +107,7 @@ def status_text(s: dict[str, Any]) -> str:
     facts += [(f"periodic {p['type']}", f"every {span(p['everySeconds'])}, last enqueued "
                + ("never" if p["lastEnqueuedSecondsAgo"] is None else f"{span(p['lastEnqueuedSecondsAgo'])} ago"))
               for p in s["periodic"]]
+    facts += [(f"limits {lim['type']}", limits_text(lim)) for lim in s["limits"]]
     facts += [(f"{g['plugin']} {g['name']}", g["value"]) for g in s["plugins"]]
     sections = [stages, fields(facts)]
     stopped = [r["type"] for r in s["stages"] if r["stagePaused"]]
