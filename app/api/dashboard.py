@@ -21,6 +21,8 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
 from app.api.deps import pool_of
 from app.api.errors import ApiError
+from app.api.job_bulk import BULK_MAX
+from app.api.jobs import STATUSES
 from app.api.params import only_params
 from app.engine import events as store
 from app.engine import lanes as lanes_engine
@@ -94,7 +96,9 @@ async def stats(request: Request) -> JSONResponse:
     and the queue tables' dead row versions, `unhandled`: the types waiting that no stage
     loaded here handles (they would wait for ever), and
     `room` / `head`: the event room this key follows and its last seq when this was read
-    (read first, so any later change arrives as an event)."""
+    (read first, so any later change arrives as an event), and for the Jobs view:
+    `jobStatuses` (GET /jobs's status filter), `bulkLimit` (jobs a bulk action takes) and
+    `pageSizeMax` (the largest page a list gives)."""
     only_params()(request)
     runtime = request.app.state.runtime
     actor = request.state.actor
@@ -141,5 +145,6 @@ async def stats(request: Request) -> JSONResponse:
         "room": room, "head": head, "replay": runtime.settings.events_replay,
         "queue": queue, "totals": totals, "lanes": lanes, "runs": runs, "chart": chart,
         "trouble": trouble, "batches": batches, "panels": panels, "horizon": horizon, "unhandled": unhandled,
-        "stages": stages,
+        "stages": stages, "jobStatuses": list(STATUSES), "bulkLimit": BULK_MAX,
+        "pageSizeMax": runtime.settings.page_size_max,
     }, headers={"Cache-Control": "no-store"})

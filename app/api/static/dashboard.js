@@ -329,6 +329,7 @@ function logActivity(item) {
     : `${item.type} ${describe(item.data)}`;
   list.prepend(el("li", {}, el("time", { datetime: item.at || new Date().toISOString(), text: when(item.at || new Date().toISOString()) }), text));
   while (list.children.length > ACTIVITY_SHOWN) list.lastChild.remove();
+  jobsOnStats(stats);
 }
 
 function describe(data) {
@@ -356,6 +357,296 @@ async function refresh() {
       state.held = null;
     }
     return stats;
+// ---- finding jobs, one job's story, acting on many -------------------------------------
+// The Jobs view pages GET /jobs with the filter a person submitted (keyset: "Load more"
+// follows nextCursor); live changes read the rows shown again. One job's panel reads GET
+// /jobs/{id}/timeline. Bulk actions name the jobs by id: those selected, or those a dry
+// run of the filter found, so the confirmation's count is what is acted on.
+
+const jobs = { query: null, rows: [], cursor: null, selected: new Set(), open: null, asked: null, stats: null };
+
+// Labels that tell the jobs shown apart: the end of each id (time-ordered ids share their
+// start, their end is random), longer wherever two shown would otherwise look the same.
+function distinctLabels(ids) {
+  const plain = ids.map((id) => String(id).replace(/-/g, ""));
+  const labels = new Map();
+  plain.forEach((p, i) => {
+    let n = 8;
+    while (n < p.length && plain.some((q, j) => j !== i && q !== p && q.endsWith(p.slice(-n)))) n += 4;
+    labels.set(ids[i], `…${p.slice(-n)}`);
+  });
+  return labels;
+}
+
+function cancelled(job) { return job.status === "cancelled" || (job.status === "failed" && job.lastError === "cancelled"); }
+
+function statusText(job) {
+  if (cancelled(job)) return "cancelled";
+  if (job.status === "pending" && job.attempts > 0) return `retrying ${when(job.runAfter)}`;
+  return job.status;
+}
+
+function postJson(body) {
+  return { method: "POST", body: JSON.stringify(body),
+    headers: { "Content-Type": "application/json", "Idempotency-Key": randomKey() } };
+}
+
+// The submitted filter as GET /jobs spells it (times: this browser's, sent as UTC).
+function filterQuery() {
+  const form = $("jobs-filter");
+  const query = {};
+  for (const name of ["status", "type", "lane", "batch_id", "error"]) {
+    const value = form.elements[name].value.trim();
+    if (value) query[name] = value;
+  }
+  for (const name of ["since", "until"]) {
+    const at = form.elements[name].value ? new Date(form.elements[name].value) : null;
+    if (at && !Number.isNaN(at.getTime())) query[name] = at.toISOString();
+  }
+  return query;
+}
+
+function jobsUrl(params) { return `/jobs?${new URLSearchParams(params).toString()}`.replace(/\?$/, ""); }
+
+async function findJobs(more) {
+  const query = more ? jobs.query : filterQuery();
+  const params = Object.assign({}, query, more && jobs.cursor ? { cursor: jobs.cursor } : {});
+  $("jobs-error").textContent = "";
+  try {
+    const page = await api(jobsUrl(params));
+    if (!more) { jobs.query = query; jobs.selected.clear(); }
+    jobs.rows = more ? jobs.rows.concat(page.data) : page.data;
+    jobs.cursor = page.nextCursor;
+    renderJobs();
+  } catch (err) {
+    if (err.status !== 401) $("jobs-error").textContent = err.message;
+  }
+}
+
+// After a change anywhere: the rows shown, read again (as many as were loaded).
+async function rereadJobs() {
+  if (jobs.query === null) return;
+  const limit = Math.min(Math.max(jobs.rows.length, 1), (jobs.stats && jobs.stats.pageSizeMax) || 50);
+  try {
+    const page = await api(jobsUrl(Object.assign({}, jobs.query, { limit })));
+    jobs.rows = page.data;
+    jobs.cursor = page.nextCursor;
+    const shown = new Set(jobs.rows.map((j) => j.id));
+    for (const id of [...jobs.selected]) if (!shown.has(id)) jobs.selected.delete(id);
+    renderJobs();
+  } catch (err) {
+    if (err.status !== 401) $("jobs-error").textContent = err.message;
+  }
+}
+
+function renderJobs() {
+  const labels = distinctLabels(jobs.rows.map((j) => j.id));
+  fill($("jobs-table").tBodies[0], jobs.rows.map((job) => {
+    const label = labels.get(job.id);
+    const box = el("input", { type: "checkbox", "aria-label": `Select job ${label}`, checked: jobs.selected.has(job.id),
+      onchange: (event) => { if (event.target.checked) jobs.selected.add(job.id); else jobs.selected.delete(job.id); renderBulk(); } });
+    return el("tr", { "data-found": job.id },
+      el("td", {}, box),
+      el("td", {}, el("button", { type: "button", class: "link", title: job.id, "aria-label": `Open job ${label}`,
+        text: label, onclick: () => openJob(job.id) })),
+      el("td", { text: job.type }), el("td", { text: statusText(job) }), num(job.attempts),
+      el("td", { text: when(job.createdAt) }), el("td", { class: "err", text: job.lastError || "" }));
+  }), 7, "No job matches this filter.");
+  $("jobs-more").hidden = !jobs.cursor;
+  $("jobs-all").checked = jobs.rows.length > 0 && jobs.rows.every((j) => jobs.selected.has(j.id));
+  renderBulk();
+}
+
+function renderBulk() {
+  const n = jobs.selected.size;
+  $("bulk-count").textContent = n ? `${n} selected` : "None selected";
+  $("bulk-retry").disabled = n === 0;
+  $("bulk-cancel").disabled = n === 0;
+}
+
+// The filter's selects: the statuses GET /jobs takes and the stages this deployment knows.
+function fillChoices(select, values) {
+  const kept = select.value;
+  const have = [...select.options].slice(1).map((o) => o.value);
+  if (have.join("\n") === values.join("\n")) return;
+  select.replaceChildren(el("option", { value: "", text: "any" }), ...values.map((v) => el("option", { value: v, text: v })));
+  select.value = values.includes(kept) ? kept : "";
+}
+
+function jobsOnStats(stats) {
+  const first = jobs.stats === null;
+  jobs.stats = stats;
+  fillChoices($("f-status"), stats.jobStatuses || []);
+  fillChoices($("f-type"), [...new Set([...(stats.stages || []).map((s) => s.type), ...stats.queue.map((q) => q.type)])]);
+  if (first) findJobs(false); else rereadJobs();
+  if (jobs.open && !first) showJob(false);
+}
+
+function resetJobs() {
+  Object.assign(jobs, { query: null, rows: [], cursor: null, open: null, asked: null, stats: null });
+  jobs.selected.clear();
+  $("job-panel").hidden = true;
+  $("bulk-confirm").hidden = true;
+}
+
+// ---- acting on many: a question that says how many, then the action -------------------
+
+async function askBulk(action, all, from) {
+  const verb = action === "retry" ? "Retry" : "Cancel";
+  const limit = (jobs.stats && jobs.stats.bulkLimit) || 500;
+  let ids, question;
+  if (all) {
+    let preview;
+    try {
+      preview = await api(`/jobs/${action}`, postJson({ filter: jobs.query || {}, dry_run: true }));
+    } catch (err) {
+      if (err.status !== 401) notice(`${verb}: ${err.message}`);
+      return;
+    }
+    ids = preview.changed;
+    if (!ids.length) { notice(`No job that matches this filter can be ${action === "retry" ? "retried" : "cancelled"}.`); return; }
+    question = `${verb} ${ids.length} job${ids.length === 1 ? "" : "s"} that match this filter` +
+      (preview.more ? ` (the newest ${ids.length}: more match; do it again for the rest)?` : "?");
+  } else {
+    ids = [...jobs.selected];
+    if (ids.length > limit) { notice(`${verb}: at most ${limit} jobs at once; ${ids.length} are selected.`); return; }
+    question = `${verb} ${ids.length} selected job${ids.length === 1 ? "" : "s"}?`;
+  }
+  jobs.asked = { action, ids, from };
+  $("bulk-question").textContent = question;
+  $("bulk-confirm").hidden = false;
+  $("bulk-yes").focus();
+}
+
+function dropQuestion() {
+  const asked = jobs.asked;
+  jobs.asked = null;
+  $("bulk-confirm").hidden = true;
+  if (asked && asked.from) asked.from.focus();
+}
+
+async function doBulk() {
+  const asked = jobs.asked;
+  if (!asked) return;
+  dropQuestion();
+  const verb = asked.action === "retry" ? "Retried" : "Cancelled";
+  try {
+    const result = await api(`/jobs/${asked.action}`, postJson({ ids: asked.ids }));
+    const why = {};
+    for (const s of result.skipped) why[s.code] = (why[s.code] || 0) + 1;
+    const left = Object.entries(why).map(([code, n]) => `${n} ${code}`).join(", ");
+    notice(`${verb} ${result.changed.length} of ${asked.ids.length} jobs` + (left ? `; left as they were: ${left}.` : "."));
+    jobs.selected.clear();
+  } catch (err) {
+    if (err.status !== 401) notice(`${verb.replace(/ed$/, "")}: ${err.message}`);
+  }
+  refreshSoon(0);
+}
+
+// ---- one job's panel: facts, actions, timeline, errors, payload ------------------------
+
+function openJob(id) {
+  jobs.open = id;
+  showJob(true);
+}
+
+const MOMENTS = { enqueued: "enqueued", claimed: "claimed", attempt_failed: "attempt failed", due: "due",
+  done: "done", failed: "failed", cancelled: "cancelled", changed: "changed" };
+
+function fact(name, ...value) { return el("div", {}, el("dt", { text: name }), el("dd", {}, ...value)); }
+
+async function showJob(focus) {
+  const id = jobs.open;
+  let story;
+  try {
+    story = await api(`/jobs/${encodeURIComponent(id)}/timeline`);
+  } catch (err) {
+    if (err.status !== 401) notice(`Job ${short(id)}: ${err.message}`);
+    return;
+  }
+  if (jobs.open !== id) return;
+  const job = story.job;
+  const label = distinctLabels([job.id]).get(job.id);
+  $("job-title").textContent = `Job ${label}: ${job.type}, ${statusText(job)}`;
+  $("job-id").textContent = job.id;
+  const batch = el("dd", { text: job.batchId ? "…" : "none" });
+  const run = el("dd", { text: job.runId ? "…" : "none" });
+  $("job-facts").replaceChildren(
+    fact("Status", statusText(job)), fact("Stage", job.type), fact("Attempts", String(job.attempts)),
+    fact("Created", when(job.createdAt)), fact("Due", when(job.runAfter)), fact("Claimed", when(job.lockedAt)),
+    fact("Finished", when(job.finishedAt)), fact("Lane", el("code", { text: job.lane })),
+    fact("Dedupe key", job.dedupeKey === null ? "none" : el("code", { text: job.dedupeKey })),
+    fact("Progress", job.total === null ? "–" : `${job.progress || 0} of ${job.total}`),
+    el("div", {}, el("dt", { text: "Batch" }), batch), el("div", {}, el("dt", { text: "Run" }), run));
+  const actions = [];
+  if (job.status === "failed" || job.status === "cancelled") actions.push(["retry", "Retry this job"]);
+  // a running job can be asked to stop where the queue has the `cancelled` status
+  const stoppable = job.status === "running" && !job.cancelRequestedAt
+    && ((jobs.stats && jobs.stats.jobStatuses) || []).includes("cancelled");
+  if (job.status === "pending" || stoppable) actions.push(["cancel", "Cancel this job"]);
+  $("job-actions").replaceChildren(...actions.map(([action, text]) => {
+    const button = el("button", { type: "button", class: action === "retry" ? "" : "secondary", text,
+      onclick: () => act(button, job.id, action) });
+    return button;
+  }));
+  $("job-timeline").replaceChildren(...story.timeline.map((m) => el("li", {},
+    el("time", { datetime: m.at, text: when(m.at) }), " ",
+    el("strong", { text: MOMENTS[m.kind] || m.kind }),
+    m.attempt ? ` attempt ${m.attempt}` : "", m.runId ? `, run ${short(m.runId)}` : "",
+    m.actor ? `, by ${m.actor}` : "", m.text ? ": " : "", m.text ? el("span", { class: "err", text: m.text }) : "")));
+  $("job-errlist").replaceChildren(job.errors && job.errors.length
+    ? el("ol", { class: "errors" }, ...job.errors.map((e) => el("li", {},
+      el("span", { text: `attempt ${e.attempt}, ${when(e.at)}, run ${short(e.runId)}: ` }),
+      el("span", { class: "err", text: e.error }))))
+    : el("p", { class: "hint", text: "No failed attempt is recorded." }));
+  $("job-payload").textContent = JSON.stringify(job.payload, null, 2);
+  $("job-panel").hidden = false;
+  if (focus) { $("job-title").focus(); $("job-panel").scrollIntoView({ block: "nearest" }); }
+  if (job.batchId) {
+    api(`/batches/${encodeURIComponent(job.batchId)}`).then((b) => {
+      const open = (b.counts.pending || 0) + (b.counts.running || 0);
+      batch.replaceChildren(el("code", { title: b.id, text: short(b.id) }), ` ${b.status}, ${b.jobs - open} of ${b.jobs} jobs ended`);
+    }).catch(() => batch.replaceChildren(el("code", { title: job.batchId, text: short(job.batchId) })));
+  }
+  if (job.runId) {
+    api(`/runs/${encodeURIComponent(job.runId)}`).then((r) => {
+      run.replaceChildren(el("code", { title: r.id, text: short(r.id) }),
+        ` ${r.trigger}, started ${when(r.startedAt)}, ${r.stopReason ? `stopped: ${r.stopReason}` : "running"}`);
+    }).catch(() => run.replaceChildren(el("code", { title: job.runId, text: short(job.runId) }),
+      " (runs are the operator's)"));
+  }
+}
+
+async function copyJobId() {
+  const id = $("job-id").textContent;
+  try {
+    await navigator.clipboard.writeText(id);
+    notice(`Copied ${id}.`);
+  } catch (err) {
+    window.getSelection().selectAllChildren($("job-id")); // selected: Ctrl+C copies it
+    notice("Selected the id: press Ctrl+C (⌘C) to copy it.");
+  }
+}
+
+function wireJobs() {
+  $("jobs-filter").addEventListener("submit", (event) => { event.preventDefault(); findJobs(false); });
+  $("f-clear").addEventListener("click", () => { $("jobs-filter").reset(); findJobs(false); });
+  $("jobs-more").addEventListener("click", () => findJobs(true));
+  $("jobs-all").addEventListener("change", (event) => {
+    for (const job of jobs.rows) { if (event.target.checked) jobs.selected.add(job.id); else jobs.selected.delete(job.id); }
+    renderJobs();
+  });
+  $("bulk-retry").addEventListener("click", (event) => askBulk("retry", false, event.currentTarget));
+  $("bulk-cancel").addEventListener("click", (event) => askBulk("cancel", false, event.currentTarget));
+  $("bulk-retry-all").addEventListener("click", (event) => askBulk("retry", true, event.currentTarget));
+  $("bulk-cancel-all").addEventListener("click", (event) => askBulk("cancel", true, event.currentTarget));
+  $("bulk-yes").addEventListener("click", doBulk);
+  $("bulk-no").addEventListener("click", dropQuestion);
+  $("bulk-confirm").addEventListener("keydown", (event) => { if (event.key === "Escape") dropQuestion(); });
+  $("job-close").addEventListener("click", () => { jobs.open = null; $("job-panel").hidden = true; $("jobs-title").focus(); });
+  $("job-copy").addEventListener("click", copyJobId);
+}
+
   } catch (err) {
     if (err.status !== 401) setLive(`Could not read /stats: ${err.message}`, "warn");
     return null;
@@ -504,7 +795,9 @@ document.addEventListener("DOMContentLoaded", () => {
     }
   });
   $("logout").addEventListener("click", () => logout(""));
+  resetJobs();
   $("refresh").addEventListener("click", () => refreshSoon(0));
   const kept = sessionStorage.getItem(KEY_ITEM);
   if (kept) start(kept);
 });
+  wireJobs();
