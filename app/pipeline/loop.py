@@ -23,6 +23,7 @@ from app.pipeline.registry import check_stages
 from app.pipeline.run_record import RunRecord
 from app.pipeline.run_slots import run_slot
 from app.pipeline.stage import Context, Stage, Tally
+from app.pipeline.tracing import RunTrace
 from app.settings import Settings, get_settings
 
 log = logging.getLogger("skiplock.pipeline")
@@ -97,6 +98,7 @@ class Pipeline:
         self._stopping = False
         self._budget_deadline = 0.0
         self._timeouts: set[asyncio.Timeout] = set()
+        self._trace: RunTrace | None = None  # the run's spans; None: tracing is off
         self._quiet_until: dict[str, float] = {}
         self._claimed_at: dict[str, float] = {}  # a user stage's last claim (STAGE_TURN_SECONDS)
         # a stage's concurrency is the run's, not a batch's or a stream's
@@ -127,7 +129,9 @@ class Pipeline:
 
         Runs on one pool beyond half its size wait for a slot first (run_slots.py)."""
         async with run_slot(self.pool):
-            return await self._run(trigger, budget, hard_limit, idle)
+            self._trace = RunTrace.start(trigger)
+            run = self._run(trigger, budget, hard_limit, idle)
+            return await (run if self._trace is None else self._trace.around(run))
 
     async def _run(self, trigger: str, budget: float | None, hard_limit: float | None,
                    idle: IdleWait | None) -> RunResult:
@@ -425,7 +429,8 @@ class Pipeline:
                             hard_deadline: float) -> None:
         if stage.batch_handler is not None:
             async with self._slots.hold(stage, whole=True):
-                await self._call_batch(stage, jobs, ctx, out, hard_deadline)
+                call = self._call_batch(stage, jobs, ctx, out, hard_deadline)
+                await (call if self._trace is None else self._trace.batch(stage, jobs, out, call))
             return
         # up to `concurrency` runners taking the jobs in order, each in a slot of its own
         # while it has jobs: a task per runner, not per job
@@ -434,7 +439,8 @@ class Pipeline:
         async def runner() -> None:
             async with self._slots.hold(stage):
                 for job in queue:
-                    await self._call_one(stage, job, ctx, out, hard_deadline)
+                    call = self._call_one(stage, job, ctx, out, hard_deadline)
+                    await (call if self._trace is None else self._trace.one(stage, job, out, call))
         if stage.concurrency == 1 or len(jobs) == 1:
             await runner()
         else:

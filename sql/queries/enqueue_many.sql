@@ -1,11 +1,12 @@
 -- Enqueue many jobs in one statement, from parallel arrays. Duplicates of an open
 -- job (or of an earlier row in the same call) are skipped; the new rows come back.
 -- A NULL lane is the default (all-zero) lane.
-INSERT INTO jobs (type, payload, dedupe_key, lane, run_after, batch_id, total)
+INSERT INTO jobs (type, payload, dedupe_key, lane, run_after, batch_id, total, trace_context)
 SELECT u.type, coalesce(u.payload, '{}'), u.dedupe_key,
        coalesce(u.lane, '00000000-0000-0000-0000-000000000000'), coalesce(u.run_after, now()),
-       u.batch_id, u.total
-FROM unnest(:types::text[], :payloads::jsonb[], :dedupe_keys::text[], :lanes::uuid[], :run_afters::timestamptz[], :batch_ids::uuid[], :totals::int[])
-     AS u(type, payload, dedupe_key, lane, run_after, batch_id, total)
+       u.batch_id, u.total, u.trace_context
+FROM unnest(:types::text[], :payloads::jsonb[], :dedupe_keys::text[], :lanes::uuid[], :run_afters::timestamptz[], :batch_ids::uuid[], :totals::int[],
+            :trace_contexts::text[])
+     AS u(type, payload, dedupe_key, lane, run_after, batch_id, total, trace_context)
 ON CONFLICT (lane, dedupe_key) WHERE status IN ('pending', 'running') DO NOTHING
 RETURNING id, type
