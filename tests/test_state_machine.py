@@ -1,7 +1,7 @@
 """The job state machine, tested as a state machine.
 
 Hypothesis plays random sequences of enqueue (with and without dedupe keys, now or later,
-in a batch or not), claim, complete, fail, defer, cancel, retry, lease expiry, time
+in a batch or not, with a unique_for window or not, replacing a pending job or not), claim, complete, fail, defer, cancel, retry, lease expiry, time
 passing, stuck sweep, reconcile, prune and lane pauses, from three runs at once, against
 the real test server through the named SQL queries. A small model says what each step
 must do; after every step the database is read back and compared with it, and with the
@@ -9,7 +9,9 @@ invariants the code relies on (docs/invariants.md):
 
 - every job's status, attempts and holder are what the model says, so a state change
   came only from the run that held the job, and attempts never pass the stage's maximum;
-- one open job per dedupe key per lane;
+- one open job per dedupe key per lane, and one job holding each key (open, or ended
+  within its window): an enqueue of a held key is a no-op, or replaces a pending job of
+  its type, and only then;
 - job_lanes: pending equals a recount, served equals the hourly buckets and the model's
   starts minus hand-backs (never negative), head_at is the oldest pending job, ready_at
   says truthfully whether the lane has work due, ranking copied from lanes;
@@ -43,6 +45,7 @@ from tests import factories as f
 LEASE = 300.0                      # seconds; a lease expires only when a rule ages it
 MAX_ATTEMPTS = {"a": 2, "b": 3}    # two stages with different limits
 KEYS = [None, "k1", "k2"]
+WINDOW = 3600.0                    # seconds a key stays taken after its job ends; a rule ends it
 OPEN = ("pending", "running")
 
 
@@ -75,10 +78,15 @@ class Queue:
     def new_run(self) -> uuid.UUID:
         return self.do(f.run(self.pool))
 
-    def enqueue(self, type_, lane, key, run_after, batch):
-        rows = self.fetch("enqueue", type=type_, payload={}, dedupe_key=key, lane=lane,
-                          run_after=run_after, batch_id=batch, total=None)
-        return rows[0]["id"] if rows else None
+    def enqueue(self, type_, lane, key, run_after, batch, window, replace):
+        """(the job's id, whether it is new), or None for a no-op."""
+        args = dict(type=type_, payload={}, dedupe_key=key, lane=lane, run_after=run_after, batch_id=batch,
+                    total=None, unique_for=window)
+        if replace:
+            rows = self.fetch("enqueue_replacing", **args)
+            return (rows[0]["id"], rows[0]["created"]) if rows else None
+        rows = self.fetch("enqueue", **args)
+        return (rows[0]["id"], True) if rows else None
 
     def claim(self, type_, run, limit, done=(), back=(), until=None):
         """claim.sql as the hot loop calls it: the previous batch's endings (`done`, and
@@ -118,10 +126,16 @@ class ModelJob:
     holder: uuid.UUID | None = None
     due: bool = True
     expired: bool = False   # running, and its lease has run out
+    window: bool = False    # its key stays taken for WINDOW after it ends
+    window_over: bool = False  # it ended longer than WINDOW ago (a rule moved its end back)
 
     @property
     def open(self) -> bool:
         return self.status in OPEN
+
+    @property
+    def holds_key(self) -> bool:
+        return self.key is not None and (self.open or (self.window and not self.window_over))
 
 
 def now() -> datetime:
@@ -169,19 +183,28 @@ class JobMachine(RuleBasedStateMachine):
     # ---- rules ----
 
     @rule(target=jobs_b, type_=st.sampled_from(sorted(MAX_ATTEMPTS)), lane=st.integers(0, 2),
-          key=st.sampled_from(KEYS), later=st.booleans(), in_batch=st.booleans())
-    def enqueue(self, type_, lane, key, later, in_batch):
+          key=st.sampled_from(KEYS), later=st.booleans(), in_batch=st.booleans(), window=st.booleans(),
+          replace=st.booleans())
+    def enqueue(self, type_, lane, key, later, in_batch, window, replace):
         lane_id = self.lanes[lane]
         batches = list(self.batch_status)
         batch = batches[lane] if in_batch and lane < len(batches) else None
-        job_id = self.q.enqueue(type_, lane_id, key, now() + timedelta(hours=1) if later else None, batch)
-        taken = key is not None and any(j.open and j.lane == lane_id and j.key == key
-                                        for j in self.jobs.values())
-        assert (job_id is None) == taken, "a duplicate open dedupe key is a no-op, and only that"
-        if job_id is not None:
-            self.jobs[job_id] = ModelJob(type_, lane_id, key, batch, due=not later)
+        got = self.q.enqueue(type_, lane_id, key, now() + timedelta(hours=1) if later else None, batch,
+                             WINDOW if window else None, replace)
+        holder = next((i for i, j in self.jobs.items() if j.lane == lane_id and j.key == key and j.holds_key), None)
+        if holder is None:
+            assert got is not None and got[1], "a free dedupe key is taken by the new job"
+            job_id = got[0]
+            self.jobs[job_id] = ModelJob(type_, lane_id, key, batch, due=not later, window=window)
             self.seq[job_id] = len(self.seq)
-        return job_id
+            return job_id
+        h = self.jobs[holder]
+        if replace and h.status == "pending" and h.type == type_:
+            assert got == (holder, False), "a replace gives the pending job holding the key the new due time"
+            h.due, h.window = not later, window
+            return holder
+        assert got is None, "an enqueue of a held dedupe key is a no-op"
+        return None
 
     @rule(type_=st.sampled_from(sorted(MAX_ATTEMPTS)), run=st.integers(0, 2), limit=st.integers(1, 4),
           later=st.booleans(), data=st.data())
@@ -287,7 +310,7 @@ class JobMachine(RuleBasedStateMachine):
             return
         j = self.jobs.get(job_id)
         clash = j is not None and j.key is not None and any(
-            o.open and o.lane == j.lane and o.key == j.key for o in self.jobs.values())
+            o is not j and o.holds_key and o.lane == j.lane and o.key == j.key for o in self.jobs.values())
         try:
             rows = self.q.fetch("job_retry", job_id=job_id)
         except asyncpg.UniqueViolationError:
@@ -297,6 +320,7 @@ class JobMachine(RuleBasedStateMachine):
         assert bool(rows) == (j is not None and j.status == "failed")
         if rows:
             j.status, j.attempts, j.due = "pending", 0, True
+            j.window_over = False  # when it ends again, its window starts again
 
     @rule(job_id=jobs_b)
     def lease_expires(self, job_id):
@@ -306,6 +330,15 @@ class JobMachine(RuleBasedStateMachine):
         self.q.sql("UPDATE jobs SET locked_at = now() - make_interval(secs => $2) WHERE id = $1",
                    job_id, LEASE + 60)
         j.expired = True
+
+    @rule(job_id=jobs_b)
+    def window_passes(self, job_id):
+        j = self.jobs.get(job_id)
+        if j is None or j.open or not j.window:
+            return
+        self.q.sql("UPDATE jobs SET finished_at = now() - make_interval(secs => $2) WHERE id = $1",
+                   job_id, WINDOW + 60)
+        j.window_over = True
 
     @rule(job_id=jobs_b)
     def time_passes(self, job_id):
@@ -372,6 +405,13 @@ class JobMachine(RuleBasedStateMachine):
         open_keys = [(r["lane"], r["dedupe_key"]) for r in rows
                      if r["status"] in OPEN and r["dedupe_key"] is not None]
         assert len(open_keys) == len(set(open_keys)), "two open jobs share a dedupe key in one lane"
+        held = [(r["lane"], r["dedupe_key"]) for r in self.q.sql(
+            "SELECT lane, dedupe_key FROM jobs WHERE lane = ANY($1) AND dedupe_key IS NOT NULL "
+            "AND (status IN ('pending', 'running') OR (unique_for IS NOT NULL "
+            "     AND unique_released IS DISTINCT FROM finished_at AND finished_at + unique_for > now()))",
+            self.lanes)]
+        assert len(held) == len(set(held)), "two jobs hold one dedupe key in one lane"
+        assert set(held) == {(j.lane, j.key) for j in self.jobs.values() if j.holds_key}
 
     @invariant()
     def lane_counters_match_a_recount(self):

@@ -19,7 +19,7 @@ from app.api.pagination import ListQuery, Param, enum_param, text_param, time_pa
 from app.api.payloads import not_admitted
 from app.api.params import only_params
 from app.engine import job_admin
-from app.engine.jobs import DEFAULT_LANE, MAX_DEDUPE_KEY_CHARS
+from app.engine.jobs import DEFAULT_LANE, MAX_DEDUPE_KEY_CHARS, holder_of_key
 from app.json_values import iso
 from app.runtime import job_json
 from app.pipeline import admission, outcomes
@@ -87,7 +87,10 @@ class JobPage(BaseModel):
 
 
 class JobCreated(BaseModel):
-    created: bool = Field(description="true: a new job (201); false: the open job with this dedupe_key (200)")
+    created: bool = Field(description="true: a new job (201); false: the job holding this dedupe_key (200): "
+                                      "an open one, or one that ended within its unique_for")
+    replaced: bool = Field(description="on_conflict replace: the pending job holding the key took this "
+                                       "payload and run_after (200, created false)")
     job: JobOut
 
 
@@ -107,6 +110,16 @@ class JobIn(BaseModel):
     run_after: datetime | None = Field(
         None, description="not before this time (default now; no time zone: UTC; a time before 1970 "
                           "means now, one after 9999-01-01 is kept as 9999-01-01)")
+    unique_for: float | None = Field(
+        None, ge=0, le=admission.MAX_UNIQUE_FOR_SECONDS, allow_inf_nan=False,
+        description="seconds the dedupe_key stays taken after the job ends (done, failed or cancelled): "
+                    "an enqueue of the key within them answers 200 with that job, as for an open one. "
+                    "Default: the stage's (Stage(unique_for=)), else none; 0: none. Needs a dedupe_key")
+    on_conflict: Literal["keep", "replace"] = Field(
+        "keep", description="keep: a job holding the dedupe_key stays as it is and is the answer. replace (a "
+                            "debounce): a pending one of the same type takes this payload and run_after "
+                            "(200, replaced true); a running one is left to finish and is the answer, as "
+                            "for keep. Replace needs a dedupe_key")
     lane: uuid.UUID | None = Field(
         None, description="the lane the work is for: what the fair claim ranks (priority, paused). A tenant "
                           "names one of its own lanes (422 unknown_lane otherwise); an admin any lane, a new "
@@ -190,13 +203,16 @@ async def get_job(job_id: uuid.UUID, request: Request) -> Response:
              dependencies=[Depends(only_params())],
              responses={201: {"headers": {"Location": LOCATION}},
                         200: {"model": JobCreated, "headers": {"Location": LOCATION},
-                              "description": "an open job already had this dedupe_key: that job, created false"},
+                              "description": "a job already held this dedupe_key (open, or ended within its "
+                                             "unique_for): that job, created false; or, on_conflict replace, "
+                                             "the pending one that took this payload, replaced true"},
                         409: {"description": "conflict: the open job holding the dedupe_key kept finishing "
                                              "between the insert and the read; send the request again"},
                         429: {"description": "waiting_jobs_limit: TENANT_WAITING_JOBS_MAX jobs already "
                                              "wait in this account's lanes"},
                         422: {"description": "unknown_job_type (the message names the known types), "
-                                             "unknown_lane, dedupe_key_fixed (the stage names its jobs' "
+                                             "unknown_lane, dedupe_key_needed (unique_for or replace "
+                                             "without a dedupe_key), dedupe_key_fixed (the stage names its jobs' "
                                              "dedupe key: send that one or none), job_refused (the stage "
                                              "will not have what the payload names, the example's a page "
                                              "or contact not of the lane's campaign), or a malformed body"}})
@@ -227,12 +243,13 @@ async def create_job(body: JobIn, request: Request) -> JSONResponse:
     try:
         admitted = await admission.admit(pool, runtime.stages, body.type, body.payload, lane=lane,
                                          settings=runtime.settings, dedupe_key=body.dedupe_key,
-                                         run_after=body.run_after)
+                                         run_after=body.run_after, unique_for=body.unique_for,
+                                         replace=body.on_conflict == "replace")
     except admission.NotAdmitted as refused:
         raise not_admitted(refused, ("body", "payload")) from None
     job = job_json(admitted.job)
-    return JSONResponse({"created": admitted.created, "job": job}, status_code=201 if admitted.created else 200,
-                        headers={"Location": f"/jobs/{job['id']}"})
+    return JSONResponse({"created": admitted.created, "replaced": admitted.replaced, "job": job},
+                        status_code=201 if admitted.created else 200, headers={"Location": f"/jobs/{job['id']}"})
 
 
 async def _room_to_wait(request: Request, db) -> None:
@@ -287,11 +304,11 @@ async def retry_job(job_id: uuid.UUID, request: Request) -> JSONResponse:
         row = await job_admin.retry_job(pool, job_id)
     except job_admin.DedupeKeyTaken:
         current = await _current(pool, job_id)
-        holder = await job_admin.open_job_by_dedupe_key(pool, current["dedupe_key"], current["lane"])
+        holder = await holder_of_key(pool, current["dedupe_key"], current["lane"])
         raise ApiError(409, "dedupe_key_taken",
-                       f"another open job ({holder['id'] if holder else 'unknown'}) has this job's dedupe key "
-                       f"{current['dedupe_key']!r}; retry this one when that one has finished",
-                       {"openJob": _str(holder["id"]) if holder else None}) from None
+                       f"another job ({holder or 'unknown'}) holds this job's dedupe key {current['dedupe_key']!r} "
+                       "(it is open, or ended within its unique_for); retry this one when the key is free",
+                       {"openJob": _str(holder)}) from None
     if row is None:
         current = await _current(pool, job_id)
         raise ApiError(409, "job_not_failed",

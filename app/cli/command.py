@@ -73,6 +73,10 @@ def _parser(plugins: list[Plugin]) -> argparse.ArgumentParser:
     e.add_argument("type", help="the job type (a stage's type)")
     e.add_argument("--payload", default="{}", help="a JSON object")
     e.add_argument("--dedupe-key", help="skip if an open job has this key")
+    e.add_argument("--unique-for", type=float, metavar="SECONDS",
+                   help="keep the dedupe key taken this long after the job ends (default: the stage's)")
+    e.add_argument("--replace", action="store_true",
+                   help="a pending job with the dedupe key takes this payload and --in instead (a debounce)")
     e.add_argument("--lane", help="the lane id the job belongs to (a new one is made ownerless; "
                                   "default: the all-zero lane)")
     e.add_argument("--in", dest="delay", type=float, default=0.0, metavar="SECONDS",
@@ -135,10 +139,11 @@ async def _enqueue(args, settings: Settings, plugins: list[Plugin], dsn: str) ->
             admitted = await admission.admit(
                 db, configured_stages(settings, plugins), args.type, payload, lane=lane, settings=settings,
                 dedupe_key=args.dedupe_key,
-                run_after=datetime.now(timezone.utc) + timedelta(seconds=args.delay) if args.delay else None)
+                run_after=datetime.now(timezone.utc) + timedelta(seconds=args.delay) if args.delay else None,
+                unique_for=args.unique_for, replace=args.replace)
         except admission.NotAdmitted as refused:
             raise (CommandFailed if refused.status == 409 else CommandError)(_refusal(refused, args.type)) from None
-    return {"created": admitted.created, "job": job_json(admitted.job)}
+    return {"created": admitted.created, "replaced": admitted.replaced, "job": job_json(admitted.job)}
 
 
 def _refusal(refused: admission.NotAdmitted, type_: str) -> str:
@@ -147,6 +152,10 @@ def _refusal(refused: admission.NotAdmitted, type_: str) -> str:
         return f"--payload does not fit the {type_!r} stage: {refused.message}"
     if refused.code == "job_refused":
         return f"the {type_!r} stage refuses this job: {refused.message}"
+    if refused.code == "dedupe_key_needed":
+        return f"{refused.message} (--dedupe-key)"
+    if refused.code == "invalid_value" and "uniqueFor" in refused.details:
+        return f"--unique-for must be 0 to {admission.MAX_UNIQUE_FOR_SECONDS} seconds (ten years)"
     return refused.message
 
 

@@ -45,11 +45,6 @@ async def get_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
     return await db.fetchrow(*statement("job_get").bind(job_id=job_id))
 
 
-async def open_job_by_dedupe_key(db, dedupe_key: str, lane: uuid.UUID | None) -> asyncpg.Record | None:
-    """Dedupe keys are unique per lane (None: the default lane)."""
-    return await db.fetchrow(*statement("job_open_by_dedupe").bind(dedupe_key=dedupe_key, lane=lane))
-
-
 async def cancel_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
     """The job, now failed as cancelled; None when it was not pending (or does not exist).
     One statement: the ending, with the stage's hook, is app.pipeline.outcomes.cancel_job."""

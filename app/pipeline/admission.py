@@ -4,13 +4,17 @@
 In order: the type is a stage's; the payload fits the stage's model and the size caps
 (what is stored is the model's JSON); the stage names the job's dedupe key, when it has a
 rule for it; the stage accepts what the payload names (its `accepts`, on the enqueuer's
-own connection, so row-level security applies); then one insert, which the open-dedupe
-index may turn into a no-op, in which case the open job holding the key is the answer.
+own connection, so row-level security applies); then one insert, which the dedupe index
+may turn into a no-op, in which case the job holding the key is the answer: an open one, or
+one that ended less than its unique_for ago (the enqueue's, else the stage's). To replace
+instead (a debounce), the insert gives a pending job holding the key the new payload and
+due time; a running one is left to finish and is the answer, as a duplicate.
 What the pipeline enqueues itself (a handler's follow-up work) goes straight to the
 engine: it was admitted when its first job was."""
 
 from __future__ import annotations
 
+import math
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,14 +23,15 @@ from typing import Any, Iterable
 import asyncpg
 
 from app.engine import job_admin
-from app.engine.jobs import NewJob, enqueue
+from app.engine.jobs import NewJob, enqueue, enqueue_replacing, holder_of_key
 from app.pipeline.payloads import PayloadRefused, check_payload
 from app.pipeline.registry import RESERVED_TYPES
 from app.pipeline.stage import DedupeKeyFixed, JobRefused, Stage
 
-# An insert that meets an open job with its key, whose job then finishes before it is
-# read, frees the key: the insert is tried again this many times.
+# An insert that meets a job holding its key, which lets the key go before it is read,
+# frees the key: the insert is tried again this many times.
 TRIES = 5
+MAX_UNIQUE_FOR_SECONDS = 10 * 366 * 24 * 3600  # a longer window is a mistake (or an overflow)
 
 
 class NotAdmitted(Exception):
@@ -44,8 +49,9 @@ class NotAdmitted(Exception):
 
 @dataclass(frozen=True)
 class Admitted:
-    created: bool                # False: the open job holding the dedupe key is the answer
+    created: bool                # False: the job holding the dedupe key is the answer
     job: asyncpg.Record          # as job_get.sql reads it
+    replaced: bool = False       # the pending job holding the key took the new payload and due time
 
 
 def stage_for(stages: Iterable[Stage], type_: str) -> Stage:
@@ -76,6 +82,23 @@ def dedupe_key_of(stage: Stage, lane: uuid.UUID, payload: dict[str, Any], given:
         raise NotAdmitted("dedupe_key_fixed", str(exc), {"dedupeKey": exc.key}) from None
 
 
+def unique_for_of(stage: Stage, dedupe_key: str | None, given: float | None, replace: bool) -> float | None:
+    """Seconds the job's key stays taken after it ends: the enqueue's (0: none), else the
+    stage's. A window or a replace asked for without a key is refused: the key is what
+    either works on."""
+    if given is not None and not 0 <= given <= MAX_UNIQUE_FOR_SECONDS:  # NaN fails both
+        raise NotAdmitted("invalid_value", f"unique_for must be 0 to {MAX_UNIQUE_FOR_SECONDS} seconds (ten "
+                                           f"years), not {given}", {"uniqueFor": None if math.isnan(given) else given})
+    if dedupe_key is None:
+        if replace:
+            raise NotAdmitted("dedupe_key_needed", "replacing finds the job to replace by its dedupe key: give one")
+        if given:
+            raise NotAdmitted("dedupe_key_needed", "a unique_for window keeps a dedupe key taken: give one")
+        return None
+    window = given if given is not None else stage.unique_for
+    return window or None
+
+
 async def accepted(db, stage: Stage, lane: uuid.UUID, payload: dict[str, Any]) -> None:
     """The stage's last word on what the payload names (its `accepts`)."""
     try:
@@ -85,24 +108,33 @@ async def accepted(db, stage: Stage, lane: uuid.UUID, payload: dict[str, Any]) -
 
 
 async def admit(db, stages: Iterable[Stage], type_: str, payload: Any, *, lane: uuid.UUID,
-                settings, dedupe_key: str | None = None, run_after: datetime | None = None) -> Admitted:
-    """One job people asked for, through every rule above; the new job, or the open one
-    holding its dedupe key."""
+                settings, dedupe_key: str | None = None, run_after: datetime | None = None,
+                unique_for: float | None = None, replace: bool = False) -> Admitted:
+    """One job people asked for, through every rule above; the new job, or the one holding
+    its dedupe key (replaced: a pending one that took this one's payload and due time)."""
     stage = stage_for(stages, type_)
     payload = checked_payload(stage, payload, settings)
     dedupe_key = dedupe_key_of(stage, lane, payload, dedupe_key)
+    window = unique_for_of(stage, dedupe_key, unique_for, replace)
     await accepted(db, stage, lane, payload)
-    new = NewJob(type=type_, payload=payload, dedupe_key=dedupe_key, lane=lane, run_after=run_after)
+    new = NewJob(type=type_, payload=payload, dedupe_key=dedupe_key, lane=lane, run_after=run_after,
+                 unique_for=window)
     for _ in range(TRIES):
         try:
-            job_id = await enqueue(db, new)
+            if replace:
+                written = await enqueue_replacing(db, new)
+            else:
+                job_id = await enqueue(db, new)
+                written = (job_id, True) if job_id is not None else None
         except asyncpg.DataError as exc:
             raise NotAdmitted("invalid_value", f"the database refused a value: {exc}") from None
-        if job_id is not None:
-            return Admitted(True, await job_admin.get_job(db, job_id))
-        # the key is held by an open job: that one is the answer (if it finished in
-        # between, the key is free again and the insert goes through next time)
-        row = await job_admin.open_job_by_dedupe_key(db, dedupe_key, lane)
+        if written is not None:
+            job_id, created = written
+            return Admitted(created, await job_admin.get_job(db, job_id), replaced=not created)
+        # another job holds the key: that one is the answer (if it let the key go in
+        # between, the insert goes through next time)
+        holder = await holder_of_key(db, dedupe_key, lane)
+        row = await job_admin.get_job(db, holder) if holder is not None else None
         if row is not None:
             return Admitted(False, row)
     raise NotAdmitted("conflict", "the dedupe key kept changing hands; send the request again", status=409)

@@ -109,6 +109,9 @@ class Stage:
                     the caller sends, so the same work cannot be queued a thousand times
                     (a stage early in the order would hold every later stage's claims
                     back while the copies drain). Use the key the stage's own enqueues use.
+    unique_for:     seconds (or a timedelta) a job's dedupe key stays taken after the job
+                    ends, where people enqueue (an enqueue may say otherwise): "at most
+                    one digest per account per hour". None: free again when it ends.
     accepts:        async (db, lane, payload) where people enqueue (the API, the CLI, a
                     batch), once the payload fits, and at a retry of one failed job (the
                     API's, the CLI's) on its payload as stored (no model may have checked it: read it with
@@ -159,6 +162,7 @@ class Stage:
     internal: bool = False  # housekeeping: counted in the summary, not in jobs_done/failed
     payload: type[BaseModel] | None = None
     dedupe: DedupeKey | None = None
+    unique_for: float | timedelta | None = None
     accepts: Accepts | None = None
     every: float | timedelta | None = None
     cron: str | None = None
@@ -196,6 +200,10 @@ class Stage:
         object.__setattr__(self, "timeout", _seconds(self.timeout))
         if self.timeout <= 0 or self.timeout >= self.lease:
             raise ValueError(f"stage {self.type!r}: timeout must be positive and shorter than the lease")
+        if self.unique_for is not None:
+            object.__setattr__(self, "unique_for", _seconds(self.unique_for))
+            if not 0 < self.unique_for < float("inf"):
+                raise ValueError(f"stage {self.type!r}: unique_for must be a positive number of seconds")
         if self.every is not None:
             object.__setattr__(self, "every", _seconds(self.every))
         object.__setattr__(self, "schedule", parse_schedule(self.type, self.every, self.cron, self.tz,
