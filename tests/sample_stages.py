@@ -10,8 +10,9 @@ async def echo(job: Job, ctx: Context) -> None:
 
 STAGES = [Stage(type="echo", handler=echo, batch=25, concurrency=5, lease=60, timeout=10)]
 
-# The same with a periodic stage (PIPELINE_STAGES=tests.sample_stages:WITH_HOURLY)
-WITH_HOURLY = [*STAGES, Stage(type="hourly", handler=echo, every=3600)]
+# The same with periodic stages, one of each kind (PIPELINE_STAGES=tests.sample_stages:WITH_SCHEDULES)
+WITH_SCHEDULES = [*STAGES, Stage(type="hourly", handler=echo, every=3600),
+                  Stage(type="weekdays", handler=echo, cron="0 3 * * MON-FRI", tz="Europe/Berlin", catch_up=2)]
 
 
 async def only_ok(db, lane, payload) -> None:

@@ -161,10 +161,10 @@ async def test_each_schedule_says_what_it_is_and_when_it_last_and_next_begins(po
     before = await periodic_schedules(pool, stages)
     assert set(before) == {"weekdays", "hourly"}
     assert before["weekdays"]["cron"] == "0 3 * * MON-FRI" and before["weekdays"]["timezone"] == "Europe/Berlin"
-    assert before["weekdays"]["every"] is None and before["weekdays"]["lastPeriod"] is None
+    assert before["weekdays"]["everySeconds"] is None and before["weekdays"]["lastPeriod"] is None
     next_run = datetime.fromisoformat(before["weekdays"]["nextPeriod"]).astimezone(BERLIN)
     assert (next_run.hour, next_run.minute) == (3, 0) and next_run.weekday() < 5
-    assert before["hourly"]["every"] == 3600 and before["hourly"]["catchUp"] == 2
+    assert before["hourly"]["everySeconds"] == 3600 and before["hourly"]["catchUp"] == 2
     await schedule_periodic(pool, stages)
     after = await periodic_schedules(pool, stages)
     last = datetime.fromisoformat(after["hourly"]["lastPeriod"])

@@ -31,6 +31,7 @@ from app.engine import runs as run_log
 from app.engine import stages as stages_engine
 from app.engine.queries import statement
 from app.json_values import iso
+from app.pipeline.maintenance import periodic_schedules
 from app.runtime import handled_types, run_json, user_stages
 
 router = APIRouter(tags=["dashboard"])        # tenant routes: GET /stats
@@ -135,8 +136,9 @@ async def stats(request: Request) -> JSONResponse:
     # role's session's start and query only when granted pg_read_all_stats
     horizon = await queue_stats.horizon(db) if actor.is_admin else None
     paused = await stages_engine.paused_stages(db)
-    stages = [{"type": s.type, "paused": s.type in paused, "pausedAt": iso(paused.get(s.type))}
-              for s in user_stages(runtime.stages)]
+    schedules = await periodic_schedules(db, runtime.stages)
+    stages = [{"type": s.type, "paused": s.type in paused, "pausedAt": iso(paused.get(s.type)),
+               "schedule": schedules.get(s.type)} for s in user_stages(runtime.stages)]
     unhandled = queue_stats.unhandled([{"type": q["type"], "pending": q["ready"] + q["waiting"]} for q in queue],
                                       handled_types(runtime.stages))
     return JSONResponse({

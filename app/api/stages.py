@@ -1,6 +1,6 @@
-"""Stages over HTTP: GET /stages (what this deployment runs, and which stages are paused)
-and, for operators, PATCH /stages/{type} to pause or resume one for every lane. Thin over
-app.engine.stages."""
+"""Stages over HTTP: GET /stages (what this deployment runs, which stages are paused, and
+the periodic ones' schedules) and, for operators, PATCH /stages/{type} to pause or resume
+one for every lane. Thin over app.engine.stages."""
 
 from __future__ import annotations
 
@@ -16,9 +16,20 @@ from app.api.errors import ApiError
 from app.api.params import only_params
 from app.engine import stages as engine
 from app.json_values import stage_json
+from app.pipeline.maintenance import periodic_schedules
 from app.runtime import user_stages
 
 router = APIRouter(tags=["stages"])
+
+
+class ScheduleOut(BaseModel):
+    everySeconds: float | None = Field(description="periods this long, from the Unix epoch (UTC); null: a cron schedule")
+    cron: str | None = Field(description="the cron expression whose times begin the periods; null: every")
+    timezone: str | None = Field(description="the IANA zone whose clock the cron expression reads; null: every")
+    catchUp: int = Field(description="periods missed while no run started that still get a job, at most")
+    lastPeriod: datetime | None = Field(description="the start of the period last enqueued; null: never")
+    lastEnqueuedSecondsAgo: float | None = Field(description="how long ago it was enqueued")
+    nextPeriod: datetime | None = Field(description="when the next period begins")
 
 
 class RateOut(BaseModel):
@@ -40,6 +51,8 @@ class StageOut(BaseModel):
                                             "this key of the job; null: for the stage as a whole")
     paused: bool = Field(description="true: nothing of this stage is claimed, in any lane, until it is resumed")
     pausedAt: datetime | None
+    schedule: ScheduleOut | None = Field(description="a periodic stage's schedule; null: not periodic "
+                                                     "(docs/queue.md#periodic-stages)")
 
 
 class StagePage(BaseModel):
@@ -54,9 +67,9 @@ class StagePause(BaseModel):
 @router.get("/stages", response_model=StagePage, summary="List the stages",
             dependencies=[Depends(only_params())])
 async def list_stages(request: Request) -> dict[str, Any]:
-    """The stages this deployment runs, earliest first, and whether each is paused."""
-    paused = await engine.paused_stages(await pool_of(request))
-    return {"data": [stage_json(s, paused) for s in user_stages(request.app.state.runtime.stages)]}
+    """The stages this deployment runs, earliest first, whether each is paused, and the
+    schedule of each periodic one."""
+    return {"data": await _stages_out(await pool_of(request), user_stages(request.app.state.runtime.stages))}
 
 
 @router.patch("/stages/{type}", response_model=StageOut, summary="Pause or resume a stage (operators)",
@@ -72,4 +85,11 @@ async def pause_stage(body: StagePause, request: Request,
         raise ApiError(404, "not_found", f"no stage {type_!r} runs here")
     db = await pool_of(request)
     await (engine.pause_stage if body.paused else engine.resume_stage)(db, type_)
-    return stage_json(stage, await engine.paused_stages(db))
+    [out] = await _stages_out(db, [stage])
+    return out
+
+
+async def _stages_out(db, stages: list) -> list[dict[str, Any]]:
+    paused = await engine.paused_stages(db)
+    schedules = await periodic_schedules(db, stages)
+    return [{**stage_json(s, paused), "schedule": schedules.get(s.type)} for s in stages]

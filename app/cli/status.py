@@ -1,9 +1,10 @@
 """`skiplock status`: the queue on one screen. Depth per stage (pending, paused, running,
 the oldest ready job's wait), what the last day's runs ended per stage, the last runs,
-whether the recurring maintenance runs somewhere, when each periodic stage was last
-enqueued, the plug-ins' gauges (the example's quota left), and, once something has held
-back VACUUM's horizon for a minute, who and the queue tables' dead row versions. The
-same cheap reads as /metrics."""
+whether the recurring maintenance runs somewhere, each periodic stage's schedule (its
+interval or cron expression and zone, when it was last enqueued, the next period), the
+plug-ins' gauges (the example's quota left), and, once something has held back VACUUM's
+horizon for a minute, who and the queue tables' dead row versions. The same cheap reads
+as /metrics."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from app.engine import queue_stats
 from app.engine import runs as run_log
 from app.engine import stages as stages_engine
 from app.json_values import stage_limits_json
+from app.pipeline.maintenance import periodic_schedules
 from app.runtime import handled_types, run_json, user_stages
 
 RECENT_SECONDS = 24 * 3600
@@ -44,14 +46,12 @@ async def read_status(db, cli) -> dict[str, Any]:
                        "retriedLastDay": r.get("retried", 0), "stagePaused": type_ in stopped})
     runs = await run_log.list_runs(db, stop_reason=None, trigger=None, after=None, limit=LAST_RUNS)
     tick = await queue_stats.last_maintenance_tick(db)
-    periodic = [s for s in cli.stages if s.every is not None]
-    ticks = await queue_stats.last_periodic_ticks(db, [s.type for s in periodic]) if periodic else {}
+    schedules = await periodic_schedules(db, cli.stages)
     gauges = [{"plugin": p.name, "name": g.name, "help": g.help, "value": g.value, "labels": dict(g.labels)}
               for p in cli.plugins if p.metrics is not None for g in await p.metrics(db, cli.settings)]
     return {"stages": stages, "lastRuns": [run_json(r) for r in runs],
             "maintenance": {"lastTickSecondsAgo": tick, "scheduledHere": cli.settings.run_scheduler},
-            "periodic": [{"type": s.type, "everySeconds": s.every, "lastEnqueuedSecondsAgo": ticks.get(s.type)}
-                         for s in periodic],
+            "periodic": [{"type": type_, **schedule} for type_, schedule in schedules.items()],
             "plugins": gauges, "horizon": await queue_stats.horizon(db),
             "limits": [{"type": st.type, **stage_limits_json(st)} for st in user_stages(cli.stages)
                        if st.lease_terms.limited],
@@ -82,6 +82,16 @@ def horizon_text(h: dict[str, Any]) -> str:
             "(docs/operations.md#a-long-transaction-pins-the-horizon)\n" + fields(facts))
 
 
+def schedule_text(p: dict[str, Any]) -> str:
+    """A periodic stage's schedule on one line: what it is, the period last enqueued, the next."""
+    what = f"every {span(p['everySeconds'])}" if p["cron"] is None else f"cron {p['cron']} ({p['timezone']})"
+    if p["catchUp"]:
+        what += f", catching up at most {p['catchUp']} missed"
+    last = ("never" if p["lastPeriod"] is None
+            else f"{p['lastPeriod']} ({span(p['lastEnqueuedSecondsAgo'])} ago)")
+    return f"{what}, last enqueued {last}, next {p['nextPeriod'] or 'never'}"
+
+
 def limits_text(lim: dict[str, Any]) -> str:
     """A stage's limits across every run on one line: "at most 3 held at once, 5 starts per 2s,
     per payload.account_id"."""
@@ -104,9 +114,7 @@ def status_text(s: dict[str, Any]) -> str:
     m = s["maintenance"]
     tick = "never" if m["lastTickSecondsAgo"] is None else f"{span(m['lastTickSecondsAgo'])} ago"
     facts = [("maintenance", f"last enqueued {tick}; RUN_SCHEDULER {'on' if m['scheduledHere'] else 'off'} here")]
-    facts += [(f"periodic {p['type']}", f"every {span(p['everySeconds'])}, last enqueued "
-               + ("never" if p["lastEnqueuedSecondsAgo"] is None else f"{span(p['lastEnqueuedSecondsAgo'])} ago"))
-              for p in s["periodic"]]
+    facts += [(f"periodic {p['type']}", schedule_text(p)) for p in s["periodic"]]
     facts += [(f"limits {lim['type']}", limits_text(lim)) for lim in s["limits"]]
     facts += [(f"{g['plugin']} {g['name']}", g["value"]) for g in s["plugins"]]
     sections = [stages, fields(facts)]

@@ -78,12 +78,6 @@ async def endings_by_type(db, within_seconds: float | None = None) -> list[dict]
     return [dict(r) for r in await db.fetch(*recent)]
 
 
-async def last_periodic_ticks(db, types: list[str]) -> dict[str, float]:
-    """Seconds since each of these periodic stages was last enqueued (absent: never)."""
-    rows = await db.fetch(*statement("status_periodic").bind(types=types))
-    return {r["type"]: r["seconds_ago"] for r in rows}
-
-
 async def last_maintenance_tick(db) -> float | None:
     """Seconds since any deployment last enqueued the recurring maintenance; None when
     none ever did (each task's newest tick is kept)."""

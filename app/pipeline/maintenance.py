@@ -175,8 +175,8 @@ async def schedule_periodic(pool, stages: list[Stage], at: datetime | None = Non
 
 async def periodic_schedules(db, stages: list[Stage]) -> dict[str, dict[str, Any]]:
     """Each periodic stage's schedule as people read it (GET /stages, the dashboard,
-    `skiplock status`): every or cron and timezone, catchUp, the period last enqueued and
-    when, and the next period's start."""
+    `skiplock status`): everySeconds or cron and timezone, catchUp, the period last
+    enqueued and how long ago, and the next period's start; times on the schedule's clock."""
     periodic = {s.type: s for s in stages if s.schedule is not None}
     if not periodic:
         return {}
@@ -185,9 +185,9 @@ async def periodic_schedules(db, stages: list[Stage]) -> dict[str, dict[str, Any
         stage = periodic[row["type"]]
         enqueued = row["last_enqueued_at"]
         out[stage.type] = {**stage.schedule.describe(), "catchUp": stage.catch_up,
-                           "lastPeriod": iso(row["last_period"]),
+                           "lastPeriod": iso(stage.schedule.on_clock(row["last_period"])),
                            "lastEnqueuedSecondsAgo": (row["now"] - enqueued).total_seconds() if enqueued else None,
-                           "nextPeriod": iso(stage.schedule.next_after(row["now"]))}
+                           "nextPeriod": iso(stage.schedule.on_clock(stage.schedule.next_after(row["now"])))}
     return out
 
 

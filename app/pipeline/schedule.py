@@ -45,8 +45,11 @@ class Every:
         """Which period since the epoch holds `now`."""
         return math.floor((now - EPOCH).total_seconds() / self.seconds)
 
+    def on_clock(self, instant: datetime | None) -> datetime | None:
+        return instant.astimezone(timezone.utc) if instant is not None else None
+
     def describe(self) -> dict[str, Any]:
-        return {"every": self.seconds, "cron": None, "timezone": None}
+        return {"everySeconds": self.seconds, "cron": None, "timezone": None}
 
 
 @dataclass(frozen=True)
@@ -63,8 +66,12 @@ class Cron:
         start = next(iter(CronSim(self.expression, now.astimezone(self.zone))), None)
         return start.astimezone(timezone.utc) if start is not None else None
 
+    def on_clock(self, instant: datetime | None) -> datetime | None:
+        """The instant as the zone's clock reads it (its offset that day)."""
+        return instant.astimezone(self.zone) if instant is not None else None
+
     def describe(self) -> dict[str, Any]:
-        return {"every": None, "cron": self.expression, "timezone": self.zone.key}
+        return {"everySeconds": None, "cron": self.expression, "timezone": self.zone.key}
 
 
 Schedule = Every | Cron

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import uuid
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from app.devdb import LocalPostgres
@@ -19,7 +20,7 @@ from app.engine.jobs import NewJob, enqueue_many
 from app.pipeline.loop import Pipeline
 from tests import factories
 from app.pipeline.maintenance import schedule_periodic
-from tests.sample_stages import STAGES, WITH_HOURLY
+from tests.sample_stages import STAGES, WITH_SCHEDULES
 
 SKIPLOCK = str(Path(".venv/bin/skiplock").resolve())
 
@@ -165,14 +166,25 @@ async def test_tenant_strings_reach_the_terminal_escaped(pool, cli):
     assert ok_json(await cli("jobs", "show", str(job), "--json"))["dedupeKey"] == text
 
 
-async def test_status_says_when_each_periodic_stage_was_last_enqueued(dsn, pool, cli, monkeypatch):
-    monkeypatch.setenv("PIPELINE_STAGES", "tests.sample_stages:WITH_HOURLY")
-    before = ok_json(await cli("status", "--json"))["periodic"]
-    assert before == [{"type": "hourly", "everySeconds": 3600.0, "lastEnqueuedSecondsAgo": None}]
-    assert "periodic hourly: every 1h, last enqueued never" in (await cli("status")).stdout.splitlines()
-    await schedule_periodic(pool, WITH_HOURLY)
-    [after] = ok_json(await cli("status", "--json"))["periodic"]
-    assert after["type"] == "hourly" and 0 <= after["lastEnqueuedSecondsAgo"] < 60
+async def test_status_shows_each_schedule_its_last_period_and_its_next(dsn, pool, cli, monkeypatch):
+    monkeypatch.setenv("PIPELINE_STAGES", "tests.sample_stages:WITH_SCHEDULES")
+    hourly, weekdays = ok_json(await cli("status", "--json"))["periodic"]
+    assert hourly == {"type": "hourly", "everySeconds": 3600.0, "cron": None, "timezone": None, "catchUp": 0,
+                      "lastPeriod": None, "lastEnqueuedSecondsAgo": None, "nextPeriod": hourly["nextPeriod"]}
+    assert datetime.fromisoformat(hourly["nextPeriod"]).minute == 0
+    assert (weekdays["cron"], weekdays["timezone"], weekdays["catchUp"]) == ("0 3 * * MON-FRI", "Europe/Berlin", 2)
+    upcoming = datetime.fromisoformat(weekdays["nextPeriod"])  # on Berlin's clock, with its offset that day
+    assert (upcoming.hour, upcoming.minute) == (3, 0) and upcoming.weekday() < 5
+    lines = {line.split(":", 1)[0]: line.split(":", 1)[1].strip() for line in (await cli("status")).stdout.splitlines()
+             if line.startswith("periodic ")}
+    assert lines["periodic hourly"] == f"every 1h, last enqueued never, next {hourly['nextPeriod']}"
+    assert lines["periodic weekdays"] == ("cron 0 3 * * MON-FRI (Europe/Berlin), catching up at most 2 missed, "
+                                          f"last enqueued never, next {weekdays['nextPeriod']}")
+    await schedule_periodic(pool, WITH_SCHEDULES)
+    hourly, weekdays = ok_json(await cli("status", "--json"))["periodic"]
+    assert datetime.fromisoformat(hourly["nextPeriod"]) - datetime.fromisoformat(hourly["lastPeriod"]) == timedelta(hours=1)
+    assert 0 <= hourly["lastEnqueuedSecondsAgo"] < 60
+    assert datetime.fromisoformat(weekdays["lastPeriod"]) < upcoming and weekdays["nextPeriod"] == upcoming.isoformat()
 
 
 async def test_a_retry_asks_the_stage_again_as_the_api_does(pool, cli, monkeypatch):

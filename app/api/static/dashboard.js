@@ -159,6 +159,14 @@ async function showErrors(jobId) {
   }
 }
 
+// a periodic stage's schedule (as GET /stages gives it): what it is, the period last enqueued, the next
+function scheduleCell(schedule) {
+  if (!schedule) return el("td", { text: "–" });
+  const what = schedule.cron === null ? `every ${age(schedule.everySeconds)}` : `${schedule.cron} (${schedule.timezone})`;
+  return el("td", {}, el("code", { text: what }), el("br", {}),
+    `last ${schedule.lastPeriod ? when(schedule.lastPeriod) : "never"}, next ${when(schedule.nextPeriod)}`);
+}
+
 function renderStages(stats) {
   fill($("stages-table").tBodies[0], (stats.stages || []).map((stage) => {
     const action = stage.paused ? "Resume" : "Pause";
@@ -168,8 +176,8 @@ function renderStages(stats) {
       : null;
     return el("tr", { "data-stage": stage.type }, el("th", { scope: "row", text: stage.type }),
       el("td", { text: stage.paused ? `paused since ${when(stage.pausedAt)}` : "running" }),
-      el("td", {}, button || "–"));
-  }), 3, "No stages are loaded here.");
+      scheduleCell(stage.schedule), el("td", {}, button || "–"));
+  }), 4, "No stages are loaded here.");
 }
 
 async function pauseStage(button, type, paused) {
