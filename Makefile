@@ -9,9 +9,10 @@ STAMP  := $(VENV)/.installed
 
 install: $(STAMP)
 
+# dev: the tests' tools; otel: the SDK tests/test_traces.py traces runs with
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,otel]'
 	touch $(STAMP)
 
 # Three test processes (pytest-xdist), each with its own embedded PostgreSQL: most tests
