@@ -1,4 +1,4 @@
-"""Acting on many jobs at once: POST /jobs/retry and POST /jobs/cancel.
+"""Acting on many jobs at once: POST /jobs/bulk/retry and POST /jobs/bulk/cancel.
 
 Each names its jobs by id or by the filters GET /jobs takes, at most BULK_MAX a request,
 and does to each what the one-job route does (POST /jobs/{id}/retry, /cancel), with the
@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, create_model
 
 from app.api.cache import forget
 from app.api.deps import pool_of
@@ -28,24 +28,33 @@ BULK_MAX = 500
 # The statuses each action applies to: a filter names one of them, or means the first.
 ACTS_ON = {action: tuple(s for s in statuses if s in STATUSES)
            for action, statuses in (("retry", ("failed", "cancelled")), ("cancel", ("pending", "running")))}
-FILTER_NAMES = [p.name for p in JOB_LIST.filters]
 
 
-class BulkIn(BaseModel):
+# GET /jobs's filters as a body's fields: the same names, descriptions and schemas, parsed
+# by the same code (a bad value: 422 invalid_filter).
+BulkFilter = create_model(
+    "BulkFilter", __config__=ConfigDict(extra="forbid"),
+    **{p.name: (str, Field(None, description=p.description, json_schema_extra={
+        k: v for k, v in p.schema.items() if k != "type"})) for p in JOB_LIST.filters})
+
+
+class _Bulk(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    ids: list[uuid.UUID] | None = Field(None, min_length=1, max_length=BULK_MAX,
-                                        description=f"the jobs, by id (1 to {BULK_MAX}); or give `filter`")
-    filter: dict[str, str] | None = Field(
-        None, description="GET /jobs's filters (status, type, lane, batch_id, since, until, error), as its query "
-                          "string spells them; the newest matching jobs the action applies to (retry: failed, "
-                          f"cancel: pending), at most {BULK_MAX}: `more` says whether others match")
-    dry_run: bool = Field(False, description="count what would be acted on, change nothing")
+    dry_run: StrictBool = Field(False, description="say what would be acted on, change nothing")
 
-    @model_validator(mode="after")
-    def _one_way(self) -> "BulkIn":
-        if (self.ids is None) == (self.filter is None):
-            raise ValueError("give either 'ids' or 'filter'")
-        return self
+
+class BulkByIds(_Bulk):
+    ids: list[uuid.UUID] = Field(min_length=1, max_length=BULK_MAX, description=f"the jobs (1 to {BULK_MAX})")
+
+
+class BulkByFilter(_Bulk):
+    filter: BulkFilter = Field(  # type: ignore[valid-type]
+        description="GET /jobs's filters; the newest matching jobs the action applies to (retry: failed or "
+                    f"cancelled, else the filter's status; cancel: pending or running, likewise), at most "
+                    f"{BULK_MAX}: `more` says whether others match")
+
+
+BulkIn = BulkByIds | BulkByFilter
 
 
 class Skipped(BaseModel):
@@ -68,11 +77,6 @@ class BulkOut(BaseModel):
 def _filter(request: Request, action: str, raw: dict[str, str]) -> job_admin.JobFilter | None:
     """The filter as GET /jobs parses it, narrowed to a status the action changes; None when
     the filter names another status (nothing the action can change matches it)."""
-    unknown = sorted(set(raw) - set(FILTER_NAMES))
-    if unknown:
-        raise ApiError(422, "invalid_filter", f"unknown filter {unknown[0][:40]!r}; the filters are: "
-                                              f"{', '.join(FILTER_NAMES)}", {"unknown": unknown,
-                                                                             "allowed": FILTER_NAMES})
     values: dict[str, Any] = {}
     for p in JOB_LIST.filters:
         try:
@@ -82,14 +86,14 @@ def _filter(request: Request, action: str, raw: dict[str, str]) -> job_admin.Job
     statuses = ACTS_ON[action]
     if values["status"] is not None and values["status"] not in statuses:
         return None
-    return job_admin.JobFilter(values["status"] or statuses[0], values["type"], values["lane"], values["batch_id"], values["since"],
-                               values["until"], values["error"])
+    return job_admin.JobFilter(values["status"] or statuses[0], values["type"], values["lane"],
+                               values["batch_id"], values["since"], values["until"], values["error"])
 
 
 async def _targets(request: Request, action: str, body: BulkIn) -> tuple[list[uuid.UUID], bool]:
-    if body.ids is not None:
+    if isinstance(body, BulkByIds):
         return list(dict.fromkeys(body.ids)), False
-    where = _filter(request, action, body.filter or {})
+    where = _filter(request, action, body.filter.model_dump(exclude_none=True))
     if where is None:
         return [], False
     rows = await job_admin.list_jobs(await pool_of(request), where, None, BULK_MAX + 1,
@@ -165,10 +169,11 @@ async def _act(request: Request, action: Literal["retry", "cancel"], body: BulkI
 
 
 _ANSWERS = {422: {"description": "a malformed body (neither or both of ids and filter, more than "
-                                 f"{BULK_MAX} ids) or invalid_filter (an unknown filter or a bad value)"}}
+                                 f"{BULK_MAX} ids, an unknown filter) or invalid_filter (a filter's value "
+                                 "is not one GET /jobs takes)"}}
 
 
-@router.post("/jobs/retry", response_model=BulkOut, summary=f"Retry many failed jobs (at most {BULK_MAX})",
+@router.post("/jobs/bulk/retry", response_model=BulkOut, summary=f"Retry many failed jobs (at most {BULK_MAX})",
              dependencies=[Depends(only_params())], responses=_ANSWERS)
 async def retry_jobs(body: BulkIn, request: Request) -> JSONResponse:
     """Each failed job named back to pending, as POST /jobs/{id}/retry does it; the others
@@ -177,10 +182,9 @@ async def retry_jobs(body: BulkIn, request: Request) -> JSONResponse:
     return await _act(request, "retry", body)
 
 
-@router.post("/jobs/cancel", response_model=BulkOut, summary=f"Cancel many jobs that have not started "
-                                                             f"(at most {BULK_MAX})",
+@router.post("/jobs/bulk/cancel", response_model=BulkOut, summary=f"Cancel many jobs (at most {BULK_MAX})",
              dependencies=[Depends(only_params())], responses=_ANSWERS)
 async def cancel_jobs(body: BulkIn, request: Request) -> JSONResponse:
-    """Each pending job named cancelled, as POST /jobs/{id}/cancel does it (its stage's
-    `cancelled` hook runs); the others are listed in `skipped` with that route's code."""
+    """Each job named cancelled as POST /jobs/{id}/cancel does it (its stage's `cancelled`
+    hook runs); the others are listed in `skipped` with that route's code."""
     return await _act(request, "cancel", body)

@@ -97,8 +97,9 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
     # Tenant routes: an API key, and row-level security in a transaction per request.
     # The plug-ins' routes are tenant routes too.
     plugin_routers = [r for p in runtime.plugins for r in p.tenant_routers()]
-    tenant_routers = [jobs.router, job_bulk.router, job_story.router, runs.router, lanes.router, stages_router, batches.router, *plugin_routers, audit.router,
-                      events.router, dashboard.router]
+    # job_bulk first: POST /jobs/bulk/retry would otherwise be /jobs/{job_id}/retry's
+    tenant_routers = [job_bulk.router, jobs.router, job_story.router, runs.router, lanes.router, stages_router,
+                      batches.router, *plugin_routers, audit.router, events.router, dashboard.router]
     for router in tenant_routers:
         app.include_router(router, dependencies=[TENANT])
     openapi.install(app, runtime, tenant_routers)

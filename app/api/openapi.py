@@ -216,6 +216,11 @@ def build_openapi(app: FastAPI, runtime: Runtime, tenant_routers: Sequence[APIRo
         if prop is not None and types["enqueueable"]:
             prop["enum"] = types["enqueueable"]
     _declare_payloads(schemas, runtime)
+    for body in schemas.values():  # a body's field that takes a job type (a bulk action's filter)
+        for prop in body.get("properties", {}).values():
+            which = prop.pop(JOB_TYPES_MARK, None)
+            if which in types and types[which]:
+                prop["enum"] = types[which]
     components.setdefault("securitySchemes", {})["cronSecret"] = {
         "type": "http", "scheme": "bearer", "description": "CRON_SECRET"}
     components["securitySchemes"]["apiKey"] = {

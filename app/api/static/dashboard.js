@@ -506,7 +506,7 @@ async function askBulk(action, all, from) {
   if (all) {
     let preview;
     try {
-      preview = await api(`/jobs/${action}`, postJson({ filter: jobs.query || {}, dry_run: true }));
+      preview = await api(`/jobs/bulk/${action}`, postJson({ filter: jobs.query || {}, dry_run: true }));
     } catch (err) {
       if (err.status !== 401) notice(`${verb}: ${err.message}`);
       return;
@@ -539,7 +539,7 @@ async function doBulk() {
   dropQuestion();
   const verb = asked.action === "retry" ? "Retried" : "Cancelled";
   try {
-    const result = await api(`/jobs/${asked.action}`, postJson({ ids: asked.ids }));
+    const result = await api(`/jobs/bulk/${asked.action}`, postJson({ ids: asked.ids }));
     const why = {};
     for (const s of result.skipped) why[s.code] = (why[s.code] || 0) + 1;
     const left = Object.entries(why).map(([code, n]) => `${n} ${code}`).join(", ");
