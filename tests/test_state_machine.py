@@ -81,7 +81,7 @@ class Queue:
     def enqueue(self, type_, lane, key, run_after, batch, window, replace):
         """(the job's id, whether it is new), or None for a no-op."""
         args = dict(type=type_, payload={}, dedupe_key=key, lane=lane, run_after=run_after, batch_id=batch,
-                    total=None, unique_for=window)
+                    total=None, unique_for=window, trace_context=None)
         if replace:
             rows = self.fetch("enqueue_replacing", **args)
             return (rows[0]["id"], rows[0]["created"]) if rows else None

@@ -184,6 +184,19 @@ async def test_a_job_enqueued_by_a_handler_links_to_that_jobs_span(pool, spans):
     assert [link.context.span_id for link in two.links] == [one.context.span_id]
 
 
+async def test_a_debounced_job_keeps_the_newest_enqueuers_trace_context(pool, spans):
+    """enqueue_replacing (on_conflict replace): the pending job takes the newer payload and
+    the newer request's trace context; an untraced replace leaves the one it had."""
+    tracer = trace.get_tracer("the app")
+    with tracer.start_as_current_span("first request"):
+        job_id, created = await q.enqueue_replacing(pool, NewJob(type="t", dedupe_key="k", payload={"v": 1}))
+    with tracer.start_as_current_span("second request") as second:
+        assert await q.enqueue_replacing(pool, NewJob(type="t", dedupe_key="k", payload={"v": 2})) == (job_id, False)
+    assert await q.enqueue_replacing(pool, NewJob(type="t", dedupe_key="k", payload={"v": 3})) == (job_id, False)
+    assert created
+    assert await pool.fetchval("SELECT trace_context FROM jobs WHERE id = $1", job_id) == traceparent(second)
+
+
 async def test_the_api_stores_the_requests_trace_context(dsn, pool, admin_headers, spans):
     """POST /jobs and a batch, called by a traced client (its traceparent header sent, as
     a service calling the API does): the jobs keep the request's trace context, the span

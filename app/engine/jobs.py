@@ -12,6 +12,7 @@ import asyncpg
 from app.engine.claim_limits import Rate, claim_within_limits
 from app.engine.db import retry_deadlock
 from app.engine.queries import statement
+from app.engine.trace_context import current_traceparent
 
 # The lane of work nobody owns (maintenance, notifications, a job enqueued without one).
 DEFAULT_LANE = uuid.UUID(int=0)
@@ -30,10 +31,12 @@ class Job:
     batch_id: uuid.UUID | None = None
     dedupe_key: str | None = None
     created_at: datetime | None = None
+    trace_context: str | None = None  # the enqueuer's W3C traceparent (trace_context.py)
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> "Job":
-        return cls(**{f: row[f] for f in _JOB_FIELDS})
+        # only the claim returns trace_context: the handler's span is all that reads it
+        return cls(**{f: row[f] for f in _JOB_FIELDS}, trace_context=row.get("trace_context"))
 
 
 _JOB_FIELDS = ("id", "type", "payload", "attempts", "lane", "run_id", "batch_id", "dedupe_key",
@@ -51,6 +54,7 @@ class NewJob:
     run_after: datetime | None = None
     batch_id: uuid.UUID | None = None
     total: int | None = None  # expected units of work, for a progress bar
+    trace_context: str | None = None  # None: the enqueuer's current span's, if any
     # seconds the dedupe key stays taken after the job ends (None: free at once)
     unique_for: float | None = None
 
@@ -77,7 +81,8 @@ async def enqueue(db, job: NewJob) -> uuid.UUID | None:
     ended less than its unique_for ago)."""
     return await db.fetchval(*statement("enqueue").bind(
         type=job.type, payload=job.payload, dedupe_key=job.dedupe_key, lane=job.lane,
-        run_after=job.run_after, batch_id=job.batch_id, total=job.total, unique_for=job.unique_for))
+        run_after=job.run_after, batch_id=job.batch_id, total=job.total,
+        trace_context=job.trace_context or current_traceparent(), unique_for=job.unique_for))
 
 
 async def enqueue_replacing(db, job: NewJob) -> tuple[uuid.UUID, bool] | None:
@@ -86,7 +91,8 @@ async def enqueue_replacing(db, job: NewJob) -> tuple[uuid.UUID, bool] | None:
     None when the key's holder is running, of another type, or ended within its window."""
     row = await db.fetchrow(*statement("enqueue_replacing").bind(
         type=job.type, payload=job.payload, dedupe_key=job.dedupe_key, lane=job.lane,
-        run_after=job.run_after, batch_id=job.batch_id, total=job.total, unique_for=job.unique_for))
+        run_after=job.run_after, batch_id=job.batch_id, total=job.total, unique_for=job.unique_for,
+        trace_context=job.trace_context or current_traceparent()))
     return (row["id"], row["created"]) if row is not None else None
 
 
@@ -103,12 +109,14 @@ async def enqueue_many(db, jobs: Sequence[NewJob]) -> list[uuid.UUID]:
 
 async def enqueue_many_rows(db, jobs: Sequence[NewJob]) -> list[asyncpg.Record]:
     """Like enqueue_many, returning (id, type) of each inserted job."""
+    here = current_traceparent()
     return await db.fetch(
         *statement("enqueue_many").bind(
             types=[j.type for j in jobs], payloads=[j.payload for j in jobs],
             dedupe_keys=[j.dedupe_key for j in jobs], lanes=[j.lane for j in jobs],
             run_afters=[j.run_after for j in jobs], batch_ids=[j.batch_id for j in jobs],
-            totals=[j.total for j in jobs], unique_fors=[j.unique_for for j in jobs]))
+            totals=[j.total for j in jobs], trace_contexts=[j.trace_context or here for j in jobs],
+            unique_fors=[j.unique_for for j in jobs]))
 
 
 async def claim(db, lease: Lease, run_id: uuid.UUID, limit: int) -> list[Job]:

@@ -2,8 +2,10 @@
 -- jobs that ended less than their unique_for ago) turns a duplicate into a no-op: no row
 -- comes back. :lane NULL: the default (all-zero) lane; :run_after NULL: now;
 -- :unique_for NULL: the key is free again when the job ends, else that many seconds later.
-INSERT INTO jobs (type, payload, dedupe_key, lane, run_after, batch_id, total, unique_for)
+-- :trace_context: the enqueuer's W3C traceparent, or NULL.
+INSERT INTO jobs (type, payload, dedupe_key, lane, run_after, batch_id, total, trace_context, unique_for)
 VALUES (:type, coalesce(:payload::jsonb, '{}'), :dedupe_key, coalesce(:lane::uuid, '00000000-0000-0000-0000-000000000000'),
-        coalesce(:run_after::timestamptz, now()), :batch_id, :total, make_interval(secs => :unique_for::float8))
+        coalesce(:run_after::timestamptz, now()), :batch_id, :total, :trace_context,
+        make_interval(secs => :unique_for::float8))
 ON CONFLICT (lane, dedupe_key) WHERE status IN ('pending', 'running') DO NOTHING
 RETURNING id
