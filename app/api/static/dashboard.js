@@ -321,6 +321,7 @@ function render(stats) {
   renderBatches(stats);
   renderHorizon(stats);
   renderPanels(stats);
+  jobsOnStats(stats);
   document.body.dataset.statsAt = stats.at;
 }
 
@@ -337,7 +338,6 @@ function logActivity(item) {
     : `${item.type} ${describe(item.data)}`;
   list.prepend(el("li", {}, el("time", { datetime: item.at || new Date().toISOString(), text: when(item.at || new Date().toISOString()) }), text));
   while (list.children.length > ACTIVITY_SHOWN) list.lastChild.remove();
-  jobsOnStats(stats);
 }
 
 function describe(data) {
@@ -349,22 +349,6 @@ function describe(data) {
   return parts.join(", ");
 }
 
-// ---- reading state and events --------------------------------------------------------
-
-async function refresh() {
-  state.refreshTimer = null;
-  const gapsBefore = state.gaps;
-  try {
-    const stats = await api("/stats");
-    if (state.room !== stats.room) { state.room = stats.room; state.cursor = stats.head; }
-    if (state.cursor === null) state.cursor = stats.head;
-    render(stats);
-    // a read begun after the last gap shows what it missed: only now may the cursor pass it
-    if (state.held !== null && gapsBefore >= state.heldAt) {
-      state.cursor = Math.max(state.cursor, state.held);
-      state.held = null;
-    }
-    return stats;
 // ---- finding jobs, one job's story, acting on many -------------------------------------
 // The Jobs view pages GET /jobs with the filter a person submitted (keyset: "Load more"
 // follows nextCursor); live changes read the rows shown again. One job's panel reads GET
@@ -655,6 +639,22 @@ function wireJobs() {
   $("job-copy").addEventListener("click", copyJobId);
 }
 
+// ---- reading state and events --------------------------------------------------------
+
+async function refresh() {
+  state.refreshTimer = null;
+  const gapsBefore = state.gaps;
+  try {
+    const stats = await api("/stats");
+    if (state.room !== stats.room) { state.room = stats.room; state.cursor = stats.head; }
+    if (state.cursor === null) state.cursor = stats.head;
+    render(stats);
+    // a read begun after the last gap shows what it missed: only now may the cursor pass it
+    if (state.held !== null && gapsBefore >= state.heldAt) {
+      state.cursor = Math.max(state.cursor, state.held);
+      state.held = null;
+    }
+    return stats;
   } catch (err) {
     if (err.status !== 401) setLive(`Could not read /stats: ${err.message}`, "warn");
     return null;
@@ -787,6 +787,7 @@ function logout(message) {
   $("top-actions").hidden = true;
   $("login").hidden = false;
   $("who").textContent = "";
+  resetJobs();
   setLive("Not connected", "");
   $("login-error").textContent = message || "";
   $("key").focus();
@@ -803,9 +804,8 @@ document.addEventListener("DOMContentLoaded", () => {
     }
   });
   $("logout").addEventListener("click", () => logout(""));
-  resetJobs();
   $("refresh").addEventListener("click", () => refreshSoon(0));
+  wireJobs();
   const kept = sessionStorage.getItem(KEY_ITEM);
   if (kept) start(kept);
 });
-  wireJobs();
