@@ -31,9 +31,11 @@ class BatchOutcome:
     skipped: dict[str, uuid.UUID]         # type -> the open job that made it a duplicate
 
 
-async def create_batch(pool, lane: uuid.UUID, requests: list[BatchRequest]) -> BatchOutcome:
+async def create_batch(pool, lane: uuid.UUID, requests: list[BatchRequest],
+                       callback: tuple[str, dict[str, Any]] | None = None) -> BatchOutcome:
     """One job per requested type, skipping types with an open job in the lane. The lane
-    must exist and be visible to the caller (LaneNotFound).
+    must exist and be visible to the caller (LaneNotFound). `callback`, (type, payload):
+    a job enqueued in the lane once the batch ends, told its final status (migration 0046).
 
     Requests for one lane are serialised by an advisory lock, so two identical
     requests at once create one set of jobs."""
@@ -50,6 +52,9 @@ async def create_batch(pool, lane: uuid.UUID, requests: list[BatchRequest]) -> B
         if not wanted:
             return BatchOutcome(None, {}, skipped)
         batch_id = await conn.fetchval(*statement("batch_insert").bind(lane=lane))
+        if callback is not None:
+            await conn.execute(*statement("batch_callback_set").bind(batch_id=batch_id, type=callback[0],
+                                                                      payload=callback[1]))
         rows = await enqueue_many_rows(conn, [
             NewJob(type=r.type, payload=r.payload, lane=lane, batch_id=batch_id,
                    total=r.total) for r in wanted])

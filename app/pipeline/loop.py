@@ -499,7 +499,8 @@ class Pipeline:
             return
         limit = min(stage.timeout, hard_deadline - now)
         try:
-            await self._guarded(stage, limit, stage.handler(job, ctx.for_job(job)), f"the handler of job {job.id}")
+            result = await self._guarded(stage, limit, stage.handler(job, ctx.for_job(job)),
+                                         f"the handler of job {job.id}")
         except TimeoutError:
             # cut by the platform limit or a shutdown, not by its own timeout: deferred
             if self._stopping or limit < stage.timeout:
@@ -511,7 +512,7 @@ class Pipeline:
             if out.stop_reason:  # nothing more starts, in this batch or the one after it
                 self._budget_deadline = min(self._budget_deadline, time.monotonic())
         else:
-            out.record(job, None)
+            out.record(job, None, result)
 
     async def _call_batch(self, stage: Stage, jobs: list[Job], ctx: Context, out: BatchEndings,
                           hard_deadline: float) -> None:

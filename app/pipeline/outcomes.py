@@ -22,8 +22,10 @@ import asyncpg
 from app.engine import batches, job_admin
 from app.engine import jobs as q
 from app.engine.db import retry_deadlock
+from app.engine.dependencies import save_results
 from app.engine.jobs import Job
 from app.pipeline import notifications
+from app.pipeline.results import ResultRefused, checked_result
 from app.pipeline.stage import Context, DeferJob, FailJob, Stage, StopRun, Tally
 
 STUCK_ERROR = "lease expired on the last attempt"
@@ -72,9 +74,15 @@ class BatchEndings:
         self.done: list[uuid.UUID] = []
         self.deferred: dict[uuid.UUID, datetime] = {}
         self.failed: list[tuple[Job, str, bool]] = []  # (job, error, for good whatever its attempts)
+        self.results: dict[uuid.UUID, str] = {}  # what done jobs' handlers returned, as JSON (results.py)
         self.stop_reason: str | None = None
 
-    def record(self, job: Job, exc: BaseException | None) -> None:
+    def record(self, job: Job, exc: BaseException | None, result: object = None) -> None:
+        if exc is None and result is not None:
+            try:
+                self.results[job.id] = checked_result(result)
+            except ResultRefused as refused:
+                exc = FailJob(str(refused))
         if exc is None:
             self.done.append(job.id)
         elif isinstance(exc, DeferJob):
@@ -111,6 +119,7 @@ async def settle(db, stage: Stage, endings: BatchEndings, ctx: Context, *,
     db: the pool, or the one connection the loop holds for its claims and endings
     (shaped like a pool: app/engine/one_connection.py)."""
     out = Settled()
+    await save_results(db, ctx.run_id, endings.results)  # kept before the jobs are marked done
     if endings.done or endings.deferred or claim is not None:
         lease = (claim or stage).lease_terms
         w = await q.finish_and_claim(db, lease, ctx.run_id, claim.batch if claim else 0,

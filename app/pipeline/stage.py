@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from app.engine.batches import report_progress
 from app.engine.claim_limits import LimitKey, Rate
+from app.engine.dependencies import parent_results
 from app.engine.jobs import Job, Lease
 from app.engine.runs import QUOTA_STOP_REASONS
 from app.pipeline.schedule import Schedule
@@ -354,3 +355,11 @@ class Context:
         if job is None:
             raise ValueError("ctx.progress needs the job: a batch_handler passes job=")
         await report_progress(self.db, self.run_id, job.id, done, total)
+
+    async def parent_results(self, *, job: Job | None = None) -> dict[uuid.UUID, Any]:
+        """What each job this one waited for (its `after`) returned, by job id: the
+        handler's return value, None when it returned nothing. A batch_handler names the job."""
+        job = job or self.job
+        if job is None:
+            raise ValueError("ctx.parent_results needs the job: a batch_handler passes job=")
+        return await parent_results(self.db, job.id)
