@@ -126,7 +126,7 @@ class Stage:
     every:          seconds (or a timedelta): a periodic stage. The first run that starts
                     in each period (periods start on multiples of `every` since the Unix
                     epoch, UTC) enqueues one job of it, payload {"period": its start}, in
-                    the ownerless lane; at most one is open at a time.
+                    the ownerless lane; without catch_up, at most one is open at a time.
     cron, tz:       a periodic stage whose periods begin at the times a cron expression
                     names ("0 3 * * MON-FRI") on the clock of the IANA zone `tz` (default
                     "UTC"), daylight-saving changes as Debian's cron treats them
