@@ -240,7 +240,7 @@ async def test_a_deep_page_reads_the_index_not_the_table(pool):
     last_id = await pool.fetchval("SELECT id FROM jobs ORDER BY id DESC OFFSET 4000 LIMIT 1")
     async with pool.acquire() as conn:
         sql, *args = statement("jobs_list").bind(status="done", type="t", lane=None, batch_id=None,
-                                                 after=last_id, limit=51)
+                                                 since=None, until=None, error=None, after=last_id, limit=51)
         plan = await explain(conn, sql, tuple(args))
     assert "Index Scan Backward using jobs_pkey" in plan, plan
     after = f"${statement('jobs_list').names.index('after') + 1}"

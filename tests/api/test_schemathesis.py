@@ -191,7 +191,7 @@ async def test_the_document_describes_every_route_and_error(make_client):
         if not path.startswith("/health/"):
             assert "429" in responses
     jobs_list = {p["name"]: p for p in document["paths"]["/jobs"]["get"]["parameters"]}
-    assert set(jobs_list) == {"status", "type", "lane", "batch_id", "limit", "cursor"}
+    assert set(jobs_list) == {"status", "type", "lane", "batch_id", "since", "until", "error", "limit", "cursor"}
     assert jobs_list["limit"]["schema"]["maximum"] == 200
     assert "record" in jobs_list["type"]["schema"]["enum"]
     schemas = document["components"]["schemas"]
