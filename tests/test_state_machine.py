@@ -98,6 +98,14 @@ class Queue:
         # no job claimed: one row of NULL job columns, still carrying the two counts
         return [r["id"] for r in rows if r["id"] is not None], rows[0]["done"], rows[0]["handed_back"]
 
+    def claim_one_per_lane(self, type_, run, limit):
+        """claim_keyed.sql as a stage with global_concurrency=1, limit_by="lane" calls it
+        (under its claim turn: the machine's steps never overlap)."""
+        rows = self.fetch("claim_keyed", type=type_, run_id=run, limit=limit, lease_seconds=LEASE,
+                          max_attempts=MAX_ATTEMPTS[type_], by_lane=True, path=[], concurrency=1,
+                          rate=None, window_seconds=0.0)
+        return [r["id"] for r in rows]
+
     def complete(self, run, job):
         return [r["id"] for r in self.fetch("complete", ids=[job], run_id=run)]
 
@@ -236,6 +244,26 @@ class JobMachine(RuleBasedStateMachine):
         assert len(got) == len(set(got)) <= limit
         assert len(got) == min(limit, len(claimable)), (
             "a claim took fewer jobs than were claimable", len(got), limit, len(claimable))
+        for job_id in got:
+            j = self.jobs[job_id]
+            j.status, j.attempts, j.holder, j.expired = "running", j.attempts + 1, run_id, False
+            self.served[(j.type, j.lane)] = self.served.get((j.type, j.lane), 0) + 1
+            self.held[run_id].add(job_id)
+
+    @rule(type_=st.sampled_from(sorted(MAX_ATTEMPTS)), run=st.integers(0, 2), limit=st.integers(1, 4))
+    def claim_one_per_lane(self, type_, run, limit):
+        """A stage limited to one job at a time per lane: a lane holding one on a live lease
+        is passed over (its jobs wait, pending: "held by a limit"), every other lane with
+        claimable work gives one."""
+        run_id = self.runs[run]
+        busy = {j.lane for j in self.jobs.values() if j.type == type_ and j.status == "running" and not j.expired}
+        claimable = {i for i in self.claimable(type_) if self.jobs[i].lane not in busy}
+        got = self.q.claim_one_per_lane(type_, run_id, limit)
+        assert set(got) <= claimable, ("claimed a job held by its lane's limit", [self.jobs.get(i) for i in got])
+        lanes = [self.jobs[i].lane for i in got]
+        assert len(lanes) == len(set(lanes)), "two jobs of one lane at once"
+        assert len(got) == min(limit, len({self.jobs[i].lane for i in claimable})), (
+            "a limited claim took fewer jobs than lanes with room", len(got), limit)
         for job_id in got:
             j = self.jobs[job_id]
             j.status, j.attempts, j.holder, j.expired = "running", j.attempts + 1, run_id, False
