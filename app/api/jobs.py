@@ -248,6 +248,8 @@ async def create_job(body: JobIn, request: Request) -> JSONResponse:
     except admission.NotAdmitted as refused:
         raise not_admitted(refused, ("body", "payload")) from None
     job = job_json(admitted.job)
+    if admitted.replaced:
+        await forget(request, f"/jobs/{job['id']}")
     return JSONResponse({"created": admitted.created, "replaced": admitted.replaced, "job": job},
                         status_code=201 if admitted.created else 200, headers={"Location": f"/jobs/{job['id']}"})
 

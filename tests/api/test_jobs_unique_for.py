@@ -8,6 +8,7 @@ import uuid
 from datetime import datetime, timezone
 
 from serving_kit import Recorder, assert_error
+from test_redis import redis_server, settings_for  # noqa: F401  (a fixture, and its settings)
 
 from tests import factories as f
 
@@ -97,3 +98,13 @@ async def test_a_tenant_meets_and_ends_windows_in_its_own_lane(make_client, pool
     replaced = await client.post("/jobs", json={**body, "lane": str(alice.lane), "payload": {"x": 1},
                                                 "on_conflict": "replace"}, headers=alice.headers)
     assert replaced.json()["replaced"] is True and replaced.json()["job"]["id"] == after.json()["job"]["id"]
+
+
+async def test_a_replace_drops_the_cached_copy_of_the_job(make_client, dsn, pool, redis_server):
+    client = await make_client(settings_for(dsn, redis_server), stages=[Recorder("record").stage])
+    body = {"type": "record", "dedupe_key": "sync:1", "payload": {"n": 1}}
+    job = (await client.post("/jobs", json=body)).json()["job"]
+    assert (await client.get(f"/jobs/{job['id']}")).headers["x-cache"] == "miss"
+    await client.post("/jobs", json={**body, "payload": {"n": 2}, "on_conflict": "replace"})
+    after = await client.get(f"/jobs/{job['id']}")
+    assert after.headers["x-cache"] == "miss" and after.json()["payload"] == {"n": 2}
