@@ -69,9 +69,11 @@ async def test_find_a_job_read_its_story_and_act_on_many(pool, browser, served, 
     assert await panel.locator("img, b").count() == 0  # text, never markup
     await expect(page.locator("#job-errlist li")).to_have_count(1)
     await expect(page.locator("#job-timeline")).to_contain_text("enqueued")
-    await expect(page.locator("#job-timeline")).to_contain_text("attempt failed attempt 1")
+    await expect(page.locator("#job-timeline li").nth(1)).to_contain_text(
+        "attempt 1 failed: RuntimeError: the <b>upstream</b> broke")
     await page.get_by_role("button", name="Retry this job").press("Enter")
     await expect(page.locator("#job-title")).to_contain_text("pending", timeout=5_000)
+    await expect(page.locator("#job-timeline")).to_contain_text("due (attempt 1)")
     assert await pool.fetchval("SELECT status FROM jobs WHERE id = $1", broken) == "pending"
     await page.get_by_role("button", name="Close").click()
 

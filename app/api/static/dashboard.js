@@ -542,8 +542,14 @@ function openJob(id) {
   showJob(true);
 }
 
-const MOMENTS = { enqueued: "enqueued", claimed: "claimed", attempt_failed: "attempt failed", due: "due",
-  done: "done", failed: "failed", cancelled: "cancelled", changed: "changed" };
+// One moment of a job's timeline in words: "attempt 2 failed", "due (attempt 3)", ...
+function momentTitle(m) {
+  if (m.kind === "attempt_failed") return `attempt ${m.attempt} failed`;
+  if (m.kind === "claimed") return `attempt ${m.attempt} claimed`;
+  if (m.kind === "due") return `due (attempt ${m.attempt})`;
+  if (m.kind === "changed") return `changed by ${m.actor}`;
+  return m.kind;
+}
 
 function fact(name, ...value) { return el("div", {}, el("dt", { text: name }), el("dd", {}, ...value)); }
 
@@ -583,9 +589,8 @@ async function showJob(focus) {
   }));
   $("job-timeline").replaceChildren(...story.timeline.map((m) => el("li", {},
     el("time", { datetime: m.at, text: when(m.at) }), " ",
-    el("strong", { text: MOMENTS[m.kind] || m.kind }),
-    m.attempt ? ` attempt ${m.attempt}` : "", m.runId ? `, run ${short(m.runId)}` : "",
-    m.actor ? `, by ${m.actor}` : "", m.text ? ": " : "", m.text ? el("span", { class: "err", text: m.text }) : "")));
+    el("strong", { text: momentTitle(m) }), m.runId ? `, run ${short(m.runId)}` : "",
+    m.text ? ": " : "", m.text ? el("span", { class: m.kind === "changed" ? "" : "err", text: m.text }) : "")));
   $("job-errlist").replaceChildren(job.errors && job.errors.length
     ? el("ol", { class: "errors" }, ...job.errors.map((e) => el("li", {},
       el("span", { text: `attempt ${e.attempt}, ${when(e.at)}, run ${short(e.runId)}: ` }),
