@@ -177,6 +177,10 @@ def job_json(r: Mapping[str, Any]) -> dict[str, Any]:
     }
     if "errors" in r.keys():  # one job shown; lists leave them out
         out["errors"] = r["errors"]
+    if "parents" in r.keys():  # one job shown: what it waits for, and its result
+        out["after"] = [str(p) for p in r["parents"]] if r["parents"] else None
+        out["runAnyway"] = r["run_anyway"]
+        out["result"] = r["result"]
     return out
 
 

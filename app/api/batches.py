@@ -37,9 +37,21 @@ class BatchJobIn(BaseModel):
     total: StrictInt | None = Field(None, ge=0, le=MAX_TOTAL, description="expected units of work, for a progress bar")
 
 
+class BatchCallbackIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str = Field(min_length=1, max_length=100, description="a stage's job type")
+    payload: dict[str, Any] = Field(
+        default_factory=dict,
+        description="a JSON object, as for the batch's jobs; the callback job's payload is this plus "
+                    "\"batch\": {\"id\", \"status\"}, the batch's final status")
+
+
 class BatchIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     jobs: list[BatchJobIn] = Field(min_length=1, max_length=MAX_JOBS)
+    callback: BatchCallbackIn | None = Field(
+        None, description="a job enqueued in the lane once, when the batch ends (completed, partially_failed, "
+                          "failed, stopped or cancelled)")
 
 
 class BatchCreated(BaseModel):
@@ -112,6 +124,9 @@ async def create_batch_in_lane(lane: uuid.UUID, body: BatchIn, request: Request,
                        {"duplicates": twice})
     requests = [BatchRequest(j.type, accepted_payload(request, j.type, j.payload, ("body", "jobs", i, "payload")),
                              j.total) for i, j in enumerate(body.jobs)]
+    callback = body.callback and (body.callback.type, accepted_payload(request, body.callback.type,
+                                                                       body.callback.payload,
+                                                                       ("body", "callback", "payload")))
     db = await pool_of(request)
     no_lane = ApiError(404, "not_found", f"no {noun} {lane}")
     stages = [stage_of(request, r.type) for r in requests]
@@ -122,7 +137,7 @@ async def create_batch_in_lane(lane: uuid.UUID, body: BatchIn, request: Request,
         for i, (stage, r) in enumerate(zip(stages, requests)):
             await accepted_job(db, stage, lane, r.payload, ("body", "jobs", i, "payload"))
     try:
-        outcome = await engine.create_batch(db, lane, requests)
+        outcome = await engine.create_batch(db, lane, requests, callback=callback)
     except LaneNotFound:
         raise no_lane from None
     skipped = {t: str(i) for t, i in outcome.skipped.items()}

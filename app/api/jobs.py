@@ -26,7 +26,7 @@ from app.pipeline import admission, outcomes
 
 router = APIRouter(tags=["jobs"])
 
-STATUSES = ("pending", "running", "done", "failed")
+STATUSES = ("pending", "running", "done", "failed", "waiting")
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
 LATEST = datetime(9999, 1, 1, tzinfo=timezone.utc)
 CANCELLED = "cancelled"
@@ -63,7 +63,7 @@ class AttemptError(BaseModel):
 class JobOut(BaseModel):
     id: uuid.UUID
     type: str
-    status: Literal["pending", "running", "done", "failed"]
+    status: Literal["pending", "running", "done", "failed", "waiting"]
     payload: dict[str, Any]
     dedupeKey: str | None
     attempts: int = Field(description="attempts started (grows at claim time)")
@@ -79,6 +79,12 @@ class JobOut(BaseModel):
     finishedAt: datetime | None
     errors: list[AttemptError] | None = Field(None, description="every failed attempt's error, newest "
                                               "first, the last 20 (GET /jobs/{id} only; lists leave it out)")
+    after: list[uuid.UUID] | None = Field(None, description="the jobs it waits for: it is waiting until all "
+                                          "of them are done (GET /jobs/{id} only; null: none)")
+    runAnyway: bool | None = Field(None, description="whether it runs also once a job it waits for failed or was "
+                                   "cancelled (GET /jobs/{id} only)")
+    result: Any = Field(None, description="what its handler returned, any JSON value up to 64 KiB (null: "
+                        "nothing, or not done; GET /jobs/{id} only)")
 
 
 class JobPage(BaseModel):
@@ -125,6 +131,13 @@ class JobIn(BaseModel):
                           "names one of its own lanes (422 unknown_lane otherwise); an admin any lane, a new "
                           "one made ownerless. Default: the all-zero lane of work nobody owns (admin keys "
                           "only)")
+    after: list[uuid.UUID] | None = Field(
+        None, max_length=admission.MAX_PARENTS,
+        description="ids of jobs this one waits for: it is waiting (never claimed) until all of them are done. "
+                    "One that fails for good or is cancelled cancels this one too, unless run_anyway. Each "
+                    "must be a job the key can see (422 unknown_parent otherwise)")
+    run_anyway: bool = Field(False, description="with after: run also when a job it waits for failed or was "
+                                                "cancelled, instead of being cancelled with it")
 
     @field_validator("type", "dedupe_key")
     @classmethod
@@ -212,7 +225,8 @@ async def get_job(job_id: uuid.UUID, request: Request) -> Response:
                                              "wait in this account's lanes"},
                         422: {"description": "unknown_job_type (the message names the known types), "
                                              "unknown_lane, dedupe_key_needed (unique_for or replace "
-                                             "without a dedupe_key), dedupe_key_fixed (the stage names its jobs' "
+                                             "without a dedupe_key), unknown_parent (a job in after the key "
+                                             "cannot see, or none), parent_cycle, dedupe_key_fixed (the stage names its jobs' "
                                              "dedupe key: send that one or none), job_refused (the stage "
                                              "will not have what the payload names, the example's a page "
                                              "or contact not of the lane's campaign), or a malformed body"}})
@@ -244,7 +258,8 @@ async def create_job(body: JobIn, request: Request) -> JSONResponse:
         admitted = await admission.admit(pool, runtime.stages, body.type, body.payload, lane=lane,
                                          settings=runtime.settings, dedupe_key=body.dedupe_key,
                                          run_after=body.run_after, unique_for=body.unique_for,
-                                         replace=body.on_conflict == "replace")
+                                         replace=body.on_conflict == "replace", after=body.after,
+                                         run_anyway=body.run_anyway)
     except admission.NotAdmitted as refused:
         raise not_admitted(refused, ("body", "payload")) from None
     job = job_json(admitted.job)

@@ -23,11 +23,11 @@ PARENT_CYCLE = "jobs_parents_acyclic"
 
 class ParentRefused(Exception):
     """A job named a parent it cannot wait for: `unknown` (no such job, or not the
-    enqueuer's to see) or `cycle` (itself)."""
+    enqueuer's to see; `ids` says which) or `cycle` (itself)."""
 
-    def __init__(self, why: str, message: str) -> None:
+    def __init__(self, why: str, message: str, ids: list[str] | None = None) -> None:
         super().__init__(message)
-        self.why = why
+        self.why, self.ids = why, ids or []
 
 
 async def enqueue_after(db, job: NewJob, parents: Sequence[uuid.UUID], *,
@@ -41,7 +41,7 @@ async def enqueue_after(db, job: NewJob, parents: Sequence[uuid.UUID], *,
             unique_for=job.unique_for, parents=list(parents), run_anyway=run_anyway))
     except (asyncpg.ForeignKeyViolationError, asyncpg.CheckViolationError) as exc:
         if exc.constraint_name == UNKNOWN_PARENT:
-            raise ParentRefused("unknown", exc.message) from None
+            raise ParentRefused("unknown", exc.message, (exc.detail or "").split(", ")) from None
         if exc.constraint_name == PARENT_CYCLE:
             raise ParentRefused("cycle", exc.message) from None
         raise

@@ -18,11 +18,12 @@ import math
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import asyncpg
 
 from app.engine import job_admin
+from app.engine.dependencies import ParentRefused, enqueue_after
 from app.engine.jobs import NewJob, enqueue, enqueue_replacing, holder_of_key
 from app.pipeline.payloads import PayloadRefused, check_payload
 from app.pipeline.registry import RESERVED_TYPES
@@ -32,6 +33,7 @@ from app.pipeline.stage import DedupeKeyFixed, JobRefused, Stage
 # frees the key: the insert is tried again this many times.
 TRIES = 5
 MAX_UNIQUE_FOR_SECONDS = 10 * 366 * 24 * 3600  # a longer window is a mistake (or an overflow)
+MAX_PARENTS = 100  # jobs one job may wait for: each is locked and counted at its enqueue
 
 
 class NotAdmitted(Exception):
@@ -107,12 +109,42 @@ async def accepted(db, stage: Stage, lane: uuid.UUID, payload: dict[str, Any]) -
         raise NotAdmitted("job_refused", str(exc), exc.details, stage=stage.type) from None
 
 
+def parents_of(after: Sequence[uuid.UUID] | None, run_anyway: bool, replace: bool) -> list[uuid.UUID]:
+    """The jobs a job waits for (none: an empty list), as far as can be told before the insert."""
+    after = list(dict.fromkeys(after or ()))
+    if len(after) > MAX_PARENTS:
+        raise NotAdmitted("invalid_value", f"a job may wait for at most {MAX_PARENTS} jobs, not {len(after)}",
+                          {"after": len(after)})
+    if run_anyway and not after:
+        raise NotAdmitted("invalid_value", "run_anyway says what to do when a job in after does not succeed: "
+                                           "give after")
+    if after and replace:
+        raise NotAdmitted("invalid_value", "on_conflict replace and after do not go together: the pending "
+                                           "job holding the key keeps what it waits for")
+    return after
+
+
+async def _insert(db, new: NewJob, parents: list[uuid.UUID], run_anyway: bool) -> uuid.UUID | None:
+    if not parents:
+        return await enqueue(db, new)
+    try:
+        return await enqueue_after(db, new, parents, run_anyway=run_anyway)
+    except ParentRefused as refused:
+        if refused.why == "unknown":
+            raise NotAdmitted("unknown_parent", str(refused), {"unknown": refused.ids}) from None
+        raise NotAdmitted("parent_cycle", str(refused), {"after": [str(p) for p in parents]}) from None
+
+
 async def admit(db, stages: Iterable[Stage], type_: str, payload: Any, *, lane: uuid.UUID,
                 settings, dedupe_key: str | None = None, run_after: datetime | None = None,
-                unique_for: float | None = None, replace: bool = False) -> Admitted:
+                unique_for: float | None = None, replace: bool = False,
+                after: Sequence[uuid.UUID] | None = None, run_anyway: bool = False) -> Admitted:
     """One job people asked for, through every rule above; the new job, or the one holding
-    its dedupe key (replaced: a pending one that took this one's payload and due time)."""
+    its dedupe key (replaced: a pending one that took this one's payload and due time).
+    `after`: the jobs it waits for (it runs once all of them are done; run_anyway: also
+    once any of them failed or was cancelled), each one the enqueuer's to see."""
     stage = stage_for(stages, type_)
+    parents = parents_of(after, run_anyway, replace)
     payload = checked_payload(stage, payload, settings)
     dedupe_key = dedupe_key_of(stage, lane, payload, dedupe_key)
     window = unique_for_of(stage, dedupe_key, unique_for, replace)
@@ -124,7 +156,7 @@ async def admit(db, stages: Iterable[Stage], type_: str, payload: Any, *, lane: 
             if replace:
                 written = await enqueue_replacing(db, new)
             else:
-                job_id = await enqueue(db, new)
+                job_id = await _insert(db, new, parents, run_anyway)
                 written = (job_id, True) if job_id is not None else None
         except asyncpg.DataError as exc:
             raise NotAdmitted("invalid_value", f"the database refused a value: {exc}") from None

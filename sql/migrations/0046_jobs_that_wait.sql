@@ -47,7 +47,7 @@ CREATE UNIQUE INDEX jobs_open_dedupe_uq ON jobs (lane, dedupe_key)
 CREATE FUNCTION jobs_wait_for_parents() RETURNS trigger
 LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
 DECLARE
-    found integer; still_open integer; lost integer;
+    found integer; still_open integer; lost integer; missing text;
 BEGIN
     NEW.parents := ARRAY(SELECT DISTINCT p FROM unnest(NEW.parents) p WHERE p IS NOT NULL ORDER BY p);
     IF cardinality(NEW.parents) = 0 THEN
@@ -64,10 +64,11 @@ BEGIN
     INTO found, still_open, lost
     FROM (SELECT status FROM jobs WHERE id = ANY (NEW.parents) ORDER BY id FOR SHARE) p;
     IF found < cardinality(NEW.parents) THEN
-        RAISE EXCEPTION 'no such job to wait for: %',
-            array_to_string(ARRAY(SELECT p FROM unnest(NEW.parents) p
-                                  EXCEPT SELECT id FROM jobs WHERE id = ANY (NEW.parents)), ', ')
-            USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'jobs_parents_known';
+        missing := array_to_string(ARRAY(SELECT p FROM unnest(NEW.parents) p
+                                         EXCEPT SELECT id FROM jobs WHERE id = ANY (NEW.parents)
+                                         ORDER BY 1), ', ');
+        RAISE EXCEPTION 'no such job to wait for: %', missing
+            USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'jobs_parents_known', DETAIL = missing;
     END IF;
     IF NEW.status <> 'pending' THEN  -- written as something else on purpose: left as it is
         NEW.parents_left := still_open;

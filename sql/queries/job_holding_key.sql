@@ -5,6 +5,6 @@ SELECT id
 FROM jobs
 WHERE lane = coalesce(:lane::uuid, '00000000-0000-0000-0000-000000000000'::uuid)
   AND dedupe_key = :dedupe_key
-  AND (status IN ('pending', 'running')
+  AND (status IN ('pending', 'running', 'waiting')
        OR (unique_for IS NOT NULL AND unique_released IS DISTINCT FROM finished_at
            AND finished_at + unique_for > now()))
