@@ -81,6 +81,10 @@ def _parser(plugins: list[Plugin]) -> argparse.ArgumentParser:
                                   "default: the all-zero lane)")
     e.add_argument("--in", dest="delay", type=float, default=0.0, metavar="SECONDS",
                    help="run no sooner than this many seconds from now")
+    e.add_argument("--after", action="append", default=[], metavar="JOB_ID",
+                   help="wait for this job to be done first (repeatable: wait for every one named)")
+    e.add_argument("--run-anyway", action="store_true",
+                   help="with --after: run also when a job it waits for failed or was cancelled")
     r = sub.add_parser("run-once", help="run the pipeline once and print its summary")
     r.add_argument("--budget", type=float, help="seconds to keep claiming (capped by the setting)")
     r.add_argument("--trigger", default="manual", help="recorded in the runs row")
@@ -115,6 +119,16 @@ def _payload(text: str, type_: str) -> dict:
     return value
 
 
+def _job_ids(texts: list[str]) -> list[uuid.UUID]:
+    ids = []
+    for text in texts:
+        try:
+            ids.append(uuid.UUID(text))
+        except ValueError:
+            raise CommandError(f"--after {text!r} is not a job id (a uuid)") from None
+    return ids
+
+
 def _lane(text: str | None) -> uuid.UUID | None:
     if text is None:
         return None
@@ -134,13 +148,14 @@ async def _enqueue(args, settings: Settings, plugins: list[Plugin], dsn: str) ->
     if not 0 <= args.delay <= MAX_DELAY_SECONDS:  # NaN fails both
         raise CommandError(f"--in must be zero or more seconds, at most {MAX_DELAY_SECONDS} (ten years)")
     payload, lane = _payload(args.payload, args.type), _lane(args.lane) or q.DEFAULT_LANE
+    after = _job_ids(args.after)
     async with jobs.acting_as_cli(dsn) as db:
         try:
             admitted = await admission.admit(
                 db, configured_stages(settings, plugins), args.type, payload, lane=lane, settings=settings,
                 dedupe_key=args.dedupe_key,
                 run_after=datetime.now(timezone.utc) + timedelta(seconds=args.delay) if args.delay else None,
-                unique_for=args.unique_for, replace=args.replace)
+                unique_for=args.unique_for, replace=args.replace, after=after, run_anyway=args.run_anyway)
         except admission.NotAdmitted as refused:
             raise (CommandFailed if refused.status == 409 else CommandError)(_refusal(refused, args.type)) from None
     return {"created": admitted.created, "replaced": admitted.replaced, "job": job_json(admitted.job)}
@@ -152,6 +167,8 @@ def _refusal(refused: admission.NotAdmitted, type_: str) -> str:
         return f"--payload does not fit the {type_!r} stage: {refused.message}"
     if refused.code == "job_refused":
         return f"the {type_!r} stage refuses this job: {refused.message}"
+    if refused.code == "unknown_parent":
+        return f"--after names no job to wait for: {', '.join(refused.details['unknown'])}"
     if refused.code == "dedupe_key_needed":
         return f"{refused.message} (--dedupe-key)"
     if refused.code == "invalid_value" and "uniqueFor" in refused.details:

@@ -29,7 +29,7 @@ from app.pipeline import admission
 from app.runtime import run_json
 from app.whole_numbers import whole_number
 
-STATUSES = ("pending", "running", "done", "failed")
+STATUSES = ("pending", "running", "done", "failed", "waiting")
 STOP_REASONS = (*run_log.STOP_REASONS, "running")  # 'running': not finished yet
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 20
