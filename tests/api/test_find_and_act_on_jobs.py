@@ -156,3 +156,26 @@ async def test_bad_bulk_bodies_get_the_one_error_shape(make_client, pool):
     assert_error(await client.post("/jobs/bulk/retry?all=1", json={"ids": [str(a.lane)]}, headers=a.headers), 400,
                  "unknown_parameter")
     assert_error(await client.post("/jobs/bulk/retry", json={"ids": [str(a.lane)]}), 401, "unauthorized")
+
+
+async def test_a_bulk_retry_keeps_to_the_waiting_limit_and_the_dedupe_key(make_client, pool, dsn):
+    """As one retry does: a tenant's key makes at most TENANT_WAITING_JOBS_MAX jobs wait, and a
+    job whose dedupe key an open job holds stays failed; each is named in `skipped`."""
+    from serving_kit import make_settings
+    client = await make_client(make_settings(dsn, tenant_waiting_jobs_max=3, pipeline_plugins=""),
+                               stages=[Recorder("record").stage], api_key=False)
+    a = await f.tenant(pool, "a@a.example")
+    await f.jobs(pool, "record", 1, lane=a.lane)                       # one waits already
+    await f.jobs(pool, "record", 1, lane=a.lane, dedupe_key="k")       # open, holding "k"
+    failed = await f.jobs(pool, "record", 4, lane=a.lane)
+    await _fail(pool, failed)
+    await pool.execute("UPDATE jobs SET dedupe_key = 'k' WHERE id = $1", failed[3])  # the newest: tried first
+
+    answer = await client.post("/jobs/bulk/retry", json={"filter": {}}, headers=a.headers)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    codes = {s["id"]: s["code"] for s in body["skipped"]}
+    assert codes == {str(failed[3]): "dedupe_key_taken", str(failed[1]): "waiting_jobs_limit",
+                     str(failed[0]): "waiting_jobs_limit"}
+    assert body["changed"] == [str(failed[2])]  # 2 waited, 3 may
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE status = 'pending'") == 3
