@@ -27,7 +27,8 @@ router = APIRouter(tags=["jobs"])
 BULK_MAX = 500
 # The statuses each action applies to: a filter names one of them, or means the first.
 ACTS_ON = {action: tuple(s for s in statuses if s in STATUSES)
-           for action, statuses in (("retry", ("failed", "cancelled")), ("cancel", ("pending", "running")))}
+           for action, statuses in (("retry", ("failed", "cancelled")),
+                                    ("cancel", ("pending", "running", "waiting")))}
 
 
 # GET /jobs's filters as a body's fields: the same names, descriptions and schemas, parsed
@@ -50,7 +51,7 @@ class BulkByIds(_Bulk):
 class BulkByFilter(_Bulk):
     filter: BulkFilter = Field(  # type: ignore[valid-type]
         description="GET /jobs's filters; the newest matching jobs the action applies to (retry: failed or "
-                    f"cancelled, else the filter's status; cancel: pending or running, likewise), at most "
+                    f"cancelled, else the filter's status; cancel: pending, or running or waiting), at most "
                     f"{BULK_MAX}: `more` says whether others match")
 
 
