@@ -115,7 +115,6 @@ function renderQueue(stats) {
   $("t-waiting").textContent = t.waiting;
   $("t-running").textContent = t.running;
   $("t-failed").textContent = t.failed;
-  $("t-cancelled").textContent = t.cancelled;
   $("t-done").textContent = t.done;
   $("t-oldest").textContent = age(t.oldestReadySeconds);
   fill($("queue-table").tBodies[0], stats.queue.map((q) => el("tr", { "data-type": q.type },
@@ -138,15 +137,9 @@ function renderTrouble(stats) {
       text: "Errors", onclick: () => showErrors(job.id) });
     return el("tr", { "data-job": job.id },
       el("td", {}, el("code", { title: job.id, text: short(job.id) })), el("td", { text: job.type }),
-      el("td", { text: troubleState(job) }),
+      el("td", { text: job.status === "pending" ? `retrying ${when(job.runAfter)}` : job.status }),
       num(job.attempts), el("td", { class: "err", text: job.lastError || "" }), el("td", {}, button, " ", errors));
-  }), 6, "Nothing failed or running.");
-}
-
-function troubleState(job) {
-  if (job.status === "pending") return `retrying ${when(job.runAfter)}`;
-  if (job.status !== "running") return job.status;
-  return job.cancelRequestedAt ? "running, cancel asked" : `running since ${when(job.lockedAt)}`;
+  }), 6, "Nothing failed.");
 }
 
 // Every failed attempt of one job (GET /jobs/{id}: the last 20, newest first), kept in a
@@ -202,10 +195,9 @@ async function pauseStage(button, type, paused) {
 async function act(button, jobId, action) {
   button.disabled = true;
   try {
-    const job = await api(`/jobs/${encodeURIComponent(jobId)}/${action}`,
+    await api(`/jobs/${encodeURIComponent(jobId)}/${action}`,
       { method: "POST", headers: { "Idempotency-Key": randomKey() } });
-    notice(`Job ${short(jobId)}: ${action === "retry" ? "back to pending"
-      : job.status === "running" ? "asked to stop; its run ends it within seconds" : "cancelled"}.`);
+    notice(`Job ${short(jobId)}: ${action === "retry" ? "back to pending" : "cancelled"}.`);
   } catch (err) {
     if (err.status !== 401) notice(`Job ${short(jobId)}: ${err.message}`);
   }
