@@ -86,6 +86,8 @@ async def claim_within_limits(db, lease, run_id: uuid.UUID, limit: int,
     """Write the endings claim_up_to carries and claim up to `limit` jobs of a limited
     stage, in one transaction that holds the type's turn: (the row with the endings'
     counts, the claimed rows). `lease` is the engine's Lease of the stage."""
+    if limit == 0:  # endings alone: they take no turn
+        return (await db.fetch(*claim_up_to(0)))[0], []
     rate = lease.rate
     async with _one_connection(db) as conn, conn.transaction():
         await conn.execute(*_TURN.bind(type=lease.type))
