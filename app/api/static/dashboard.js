@@ -149,14 +149,19 @@ async function showErrors(jobId) {
   try {
     const job = await api(`/jobs/${encodeURIComponent(jobId)}`);
     box.replaceChildren(el("h3", { text: `Errors of job ${short(job.id)} (${job.type}, ${job.status})` }),
-      job.errors.length === 0 ? el("p", { text: "No failed attempt is recorded." })
-        : el("ol", { class: "errors" }, ...job.errors.map((e) => el("li", {},
-          el("span", { text: `attempt ${e.attempt}, ${when(e.at)}, run ${short(e.runId)}: ` }),
-          el("span", { class: "err", text: e.error })))));
+      errorList(job.errors));
     box.hidden = false;
   } catch (err) {
     if (err.status !== 401) notice(`Job ${short(jobId)}: ${err.message}`);
   }
+}
+
+// A job's failed attempts (GET /jobs/{id}'s `errors`, newest first), as text.
+function errorList(errors) {
+  if (!errors || errors.length === 0) return el("p", { class: "hint", text: "No failed attempt is recorded." });
+  return el("ol", { class: "errors" }, ...errors.map((e) => el("li", {},
+    el("span", { text: `attempt ${e.attempt}, ${when(e.at)}, run ${short(e.runId)}: ` }),
+    el("span", { class: "err", text: e.error }))));
 }
 
 // a periodic stage's schedule (as GET /stages gives it): what it is, the period last enqueued, the next
@@ -591,11 +596,7 @@ async function showJob(focus) {
     el("time", { datetime: m.at, text: when(m.at) }), " ",
     el("strong", { text: momentTitle(m) }), m.runId ? `, run ${short(m.runId)}` : "",
     m.text ? ": " : "", m.text ? el("span", { class: m.kind === "changed" ? "" : "err", text: m.text }) : "")));
-  $("job-errlist").replaceChildren(job.errors && job.errors.length
-    ? el("ol", { class: "errors" }, ...job.errors.map((e) => el("li", {},
-      el("span", { text: `attempt ${e.attempt}, ${when(e.at)}, run ${short(e.runId)}: ` }),
-      el("span", { class: "err", text: e.error }))))
-    : el("p", { class: "hint", text: "No failed attempt is recorded." }));
+  $("job-errlist").replaceChildren(errorList(job.errors));
   $("job-payload").textContent = JSON.stringify(job.payload, null, 2);
   $("job-panel").hidden = false;
   if (focus) { $("job-title").focus(); $("job-panel").scrollIntoView({ block: "nearest" }); }
