@@ -131,3 +131,23 @@ async def test_a_bad_filter_says_what_is_wrong_on_the_page(pool, browser, served
     await page.get_by_label("Lane", exact=True).fill("not-a-lane")
     await page.get_by_role("button", name="Find jobs").click()
     await expect(page.locator("#jobs-error")).to_contain_text("lane: must be a UUID", timeout=5_000)
+
+
+async def test_retry_all_that_match_takes_the_tenants_own_jobs_only(pool, browser, served, tenants):  # noqa: F811
+    from playwright.async_api import expect
+    a, b, _ = tenants
+    for lane in (a.lane, a.lane, a.lane, b.lane):
+        await pool.execute("INSERT INTO jobs (type, lane, status, attempts, last_error, finished_at) "
+                           "VALUES ('record', $1, 'failed', 1, 'RuntimeError: no', now())", lane)
+    page, problems, _ = await _open(browser, served, a.key)
+    await page.get_by_label("Status").select_option("failed")
+    await page.get_by_role("button", name="Find jobs").click()
+    await expect(page.locator("#jobs-table tbody tr[data-found]")).to_have_count(3, timeout=5_000)
+    await page.get_by_role("button", name="Retry all that match").click()
+    await expect(page.locator("#bulk-question")).to_have_text("Retry 3 jobs that match this filter?")
+    await page.get_by_role("button", name="Yes, do it").click()
+    await expect(page.locator("#notice")).to_contain_text("Retried 3 of 3 jobs", timeout=5_000)
+    await expect(page.locator("#jobs-table tbody tr[data-found]")).to_have_count(0, timeout=5_000)  # live
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE lane = $1 AND status = 'pending'", a.lane) == 3
+    assert await pool.fetchval("SELECT status FROM jobs WHERE lane = $1", b.lane) == "failed"
+    assert problems == []
