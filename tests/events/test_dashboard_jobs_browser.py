@@ -111,7 +111,7 @@ async def test_find_a_job_read_its_story_and_act_on_many(pool, browser, served, 
     await page.get_by_label("Stage", exact=True).select_option("record")
     await page.get_by_role("button", name="Find jobs").click()
     await page.get_by_role("button", name="Cancel all that match").click()
-    await expect(page.locator("#bulk-question")).to_have_text("Cancel 55 jobs that match this filter?")
+    await expect(page.locator("#bulk-question")).to_have_text("Cancel 55 pending jobs that match this filter?")
     await page.get_by_role("button", name="Back").click()
     await expect(page.locator("#bulk-confirm")).to_be_hidden()
     assert await pool.fetchval("SELECT count(*) FROM jobs WHERE status = 'pending' AND type = 'record'") == 55
@@ -144,7 +144,7 @@ async def test_retry_all_that_match_takes_the_tenants_own_jobs_only(pool, browse
     await page.get_by_role("button", name="Find jobs").click()
     await expect(page.locator("#jobs-table tbody tr[data-found]")).to_have_count(3, timeout=5_000)
     await page.get_by_role("button", name="Retry all that match").click()
-    await expect(page.locator("#bulk-question")).to_have_text("Retry 3 jobs that match this filter?")
+    await expect(page.locator("#bulk-question")).to_have_text("Retry 3 failed jobs that match this filter?")
     await page.get_by_role("button", name="Yes, do it").click()
     await expect(page.locator("#notice")).to_contain_text("Retried 3 of 3 jobs", timeout=5_000)
     await expect(page.locator("#jobs-table tbody tr[data-found]")).to_have_count(0, timeout=5_000)  # live

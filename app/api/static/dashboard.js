@@ -502,7 +502,9 @@ async function askBulk(action, all, from) {
     }
     ids = preview.changed;
     if (!ids.length) { notice(`No job that matches this filter can be ${action === "retry" ? "retried" : "cancelled"}.`); return; }
-    question = `${verb} ${ids.length} job${ids.length === 1 ? "" : "s"} that match this filter` +
+    // without a status, a filter means the jobs the action changes: retry the failed, cancel the pending
+    const which = (jobs.query && jobs.query.status) || (action === "retry" ? "failed" : "pending");
+    question = `${verb} ${ids.length} ${which} job${ids.length === 1 ? "" : "s"} that match this filter` +
       (preview.more ? ` (the newest ${ids.length}: more match; do it again for the rest)?` : "?");
   } else {
     ids = [...jobs.selected];
