@@ -117,7 +117,7 @@ class JobIn(BaseModel):
         None, description="not before this time (default now; no time zone: UTC; a time before 1970 "
                           "means now, one after 9999-01-01 is kept as 9999-01-01)")
     unique_for: float | None = Field(
-        None, ge=0, le=admission.MAX_UNIQUE_FOR_SECONDS, allow_inf_nan=False,
+        None, ge=0, le=admission.MAX_UNIQUE_FOR_SECONDS, allow_inf_nan=False, strict=True,
         description="seconds the dedupe_key stays taken after the job ends (done, failed or cancelled): "
                     "an enqueue of the key within them answers 200 with that job, as for an open one. "
                     "Default: the stage's (Stage(unique_for=)), else none; 0: none. Needs a dedupe_key")

@@ -72,7 +72,8 @@ async def test_bad_windows_and_conflict_modes_are_422s(make_client, pool):
     assert "dedupe key" in needed["message"]
     assert_error(await client.post("/jobs", json={"type": "record", "on_conflict": "replace"}), 422,
                  "dedupe_key_needed")
-    for bad in ({"unique_for": -1}, {"unique_for": "an hour"}, {"unique_for": 1e12},
+    for bad in ({"unique_for": -1}, {"unique_for": "an hour"}, {"unique_for": "60"}, {"unique_for": True},
+                {"unique_for": 1e12},
                 {"on_conflict": "merge"}, {"on_conflict": None}):
         assert_error(await client.post("/jobs", json={"type": "record", "dedupe_key": "k", **bad}), 422,
                      "invalid_request")
