@@ -263,3 +263,13 @@ async def test_fifty_replacements_of_a_pending_job_at_once_keep_one_pending_job(
     assert rows[0]["run_after"] == later + timedelta(seconds=n)  # payload and due time of one enqueue
     await _lanes_agree(pool)
     assert await f.lane_counts(pool, "digest") == {DEFAULT_LANE: (1, 0)}
+
+
+async def test_the_bulk_retry_leaves_a_key_a_waiting_job_holds(pool):
+    """A waiting job holds its key as an open one does: the bulk retry skips the failed job
+    with that key instead of failing the whole statement on the unique index."""
+    failed = await pool.fetchval("INSERT INTO jobs (type, dedupe_key, status, finished_at) "
+                                 "VALUES ('digest', 'acct:1', 'failed', now()) RETURNING id")
+    await pool.execute("INSERT INTO jobs (type, dedupe_key, status) VALUES ('digest', 'acct:1', 'waiting')")
+    retried = await pool.fetch(*statement("jobs_retry_failed").bind(type=None, within_seconds=None, cancelled=False))
+    assert failed not in {r["id"] for r in retried}

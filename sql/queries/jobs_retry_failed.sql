@@ -1,9 +1,9 @@
 -- `skiplock jobs retry --failed`: every failed job back to pending, due now, attempts
 -- reset (as job_retry.sql does for one). Optional: :type only this type, :within_seconds only jobs that
 -- finished in the last :within_seconds seconds; :cancelled cancelled jobs too (by default a cancel stands).
--- A job whose dedupe key another job holds (an open one, or one that ended less than its
--- unique_for ago) stays failed, and of failed jobs sharing a key only the newest is retried:
--- the unique index on taken keys would refuse the rest.
+-- A job whose dedupe key another job holds (an open one, waiting included, or one that
+-- ended less than its unique_for ago) stays failed, and of failed jobs sharing a key only
+-- the newest is retried: the unique index on taken keys would refuse the rest.
 WITH failed AS (
     SELECT id, lane, dedupe_key, finished_at FROM jobs
     WHERE status = 'failed'
@@ -16,7 +16,7 @@ WITH failed AS (
     FROM failed f
     WHERE f.dedupe_key IS NULL
        OR NOT EXISTS (SELECT 1 FROM jobs o WHERE o.lane = f.lane AND o.dedupe_key = f.dedupe_key AND o.id <> f.id
-                                             AND (o.status IN ('pending', 'running')
+                                             AND (o.status IN ('pending', 'running', 'waiting')
                                                   OR (o.unique_for IS NOT NULL
                                                       AND o.unique_released IS DISTINCT FROM o.finished_at
                                                       AND o.finished_at + o.unique_for > now())))
