@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app.api import (audit, batches, cron, dashboard, docs, errors, events, health, job_bulk, job_story, jobs,
-                     lanes, metrics, openapi, runs)
+                     lanes, metrics, openapi, runs, trends)
 from app.api.auth import TENANT
 from app.api.body_limit import BodyLimit
 from app.api.body_shape import BodyShape
@@ -99,7 +99,7 @@ def create_app(settings: Settings | None = None, stages: list[Stage] | None = No
     plugin_routers = [r for p in runtime.plugins for r in p.tenant_routers()]
     # job_bulk first: POST /jobs/bulk/retry would otherwise be /jobs/{job_id}/retry's
     tenant_routers = [job_bulk.router, jobs.router, job_story.router, runs.router, lanes.router, stages_router,
-                      batches.router, *plugin_routers, audit.router, events.router, dashboard.router]
+                      batches.router, *plugin_routers, audit.router, events.router, dashboard.router, trends.router]
     for router in tenant_routers:
         app.include_router(router, dependencies=[TENANT])
     openapi.install(app, runtime, tenant_routers)
