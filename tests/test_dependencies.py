@@ -213,3 +213,36 @@ async def test_the_batch_callback_is_enqueued_once_with_overlapping_runs(pool):
     assert len(rows) == 1 and rows[0]["status"] == "done"
     assert rows[0]["payload"] == {"name": "cb", "batch": {"id": str(outcome.batch_id), "status": "partially_failed"}}
     assert cb.ran == ["cb"]
+
+
+@pytest.mark.parametrize("returned, error", [
+    ("x" * (64 * 1024), "the handler's result is 65538 bytes of JSON; at most 65536 are kept"),
+    (object(), "the handler returned object, which is not JSON"),
+    ({"nan": float("nan")}, "the handler returned dict, which is not JSON"),
+    ("a\x00b", "the handler's result contains the NUL character"),
+])
+async def test_a_result_that_cannot_be_kept_fails_the_job_for_good(pool, returned, error):
+    async def handle(job, ctx):
+        return returned
+
+    stage = Stage(type="t", handler=handle, lease=60, timeout=10, max_attempts=3)
+    a = await enqueue(pool, job("a"))
+    await run(pool, stage)
+    row = await pool.fetchrow("SELECT status, attempts, last_error, result FROM jobs WHERE id = $1", a)
+    assert (row["status"], row["attempts"], row["result"]) == ("failed", 1, None)
+    assert row["last_error"].startswith(error)
+
+
+async def test_a_result_at_the_bound_is_kept_and_none_keeps_nothing(pool):
+    results = iter(["x" * (64 * 1024 - 2), None])
+
+    async def handle(job, ctx):
+        return next(results)
+
+    stage = Stage(type="t", handler=handle, lease=60, timeout=10, batch=1)
+    a = await enqueue(pool, job("a"))
+    await run(pool, stage)
+    b_ = await enqueue(pool, job("b"))
+    await run(pool, stage)
+    assert len(await pool.fetchval("SELECT result FROM jobs WHERE id = $1", a)) == 64 * 1024 - 2
+    assert await pool.fetchval("SELECT result IS NULL AND status = 'done' FROM jobs WHERE id = $1", b_)

@@ -138,6 +138,19 @@ CREATE TRIGGER jobs_release_dependents_deleted AFTER DELETE ON jobs
     FOR EACH ROW WHEN (OLD.has_dependents AND OLD.status NOT IN ('done', 'failed', 'cancelled'))
     EXECUTE FUNCTION jobs_release_dependents();
 
+-- How many jobs wait in the caller's own lanes (0029, 0031): waiting ones too, so a tenant
+-- cannot pile up jobs past TENANT_WAITING_JOBS_MAX behind a parent that never ends.
+CREATE INDEX jobs_waiting_lane_idx ON jobs (lane) WHERE status = 'waiting';
+CREATE OR REPLACE FUNCTION app_waiting_jobs() RETURNS bigint
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT (SELECT coalesce(sum(c.pending), 0)::bigint
+            FROM lanes l JOIN job_lane_counts c ON c.lane = l.id
+            WHERE l.owner_id = (SELECT app_user_id()))
+         + (SELECT count(*)
+            FROM lanes l JOIN jobs j ON j.lane = l.id AND j.status = 'waiting'
+            WHERE l.owner_id = (SELECT app_user_id()))
+$$;
+
 -- A released job wakes a waiting worker, as a retried one does.
 DROP TRIGGER jobs_notify_retried ON jobs;
 CREATE TRIGGER jobs_notify_retried AFTER UPDATE OF status ON jobs

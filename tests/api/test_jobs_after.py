@@ -78,3 +78,15 @@ async def test_a_batch_callback_through_the_api(make_client, pool):
     assert cancelled.status_code == 200
     [row] = await pool.fetch("SELECT payload, lane FROM jobs WHERE type = 'report'")
     assert row["payload"] == {"to": "ops", "batch": {"id": batch, "status": "cancelled"}} and row["lane"] == lane
+
+
+async def test_a_tenants_waiting_jobs_count_against_its_cap(make_client, pool, dsn):
+    from serving_kit import make_settings
+    client = await make_client(make_settings(dsn, tenant_waiting_jobs_max=3, pipeline_plugins=""),
+                               [Recorder("record").stage], api_key=False)
+    ann = await f.tenant(pool, "ann@example.com")
+    parent = (await client.post("/jobs", json={"type": "record", "lane": str(ann.lane)}, headers=ann.headers)).json()["job"]
+    await pool.execute("UPDATE jobs SET status = 'running' WHERE id = $1", uuid.UUID(parent["id"]))  # never ends
+    sent = [await client.post("/jobs", json={"type": "record", "lane": str(ann.lane), "after": [parent["id"]]},
+                              headers=ann.headers) for _ in range(4)]
+    assert [r.status_code for r in sent] == [201, 201, 201, 429]
