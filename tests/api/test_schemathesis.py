@@ -173,7 +173,7 @@ async def test_the_document_describes_every_route_and_error(make_client):
     assert "HTTPValidationError" not in document["components"]["schemas"]
     operations = [(path, method, op) for path, item in document["paths"].items() for method, op in item.items()]
     assert {("/jobs", "get"), ("/jobs", "post"), ("/jobs/{job_id}", "get"), ("/jobs/{job_id}/retry", "post"),
-            ("/jobs/{job_id}/cancel", "post"), ("/runs", "get"), ("/runs/{run_id}", "get")} \
+            ("/jobs/{job_id}/cancel", "post"), ("/runs", "get"), ("/runs/{run_id}", "get"), ("/trends", "get")} \
         <= {(p, m) for p, m, _ in operations}
     for path, method, op in operations:
         responses = op["responses"]
@@ -199,6 +199,8 @@ async def test_the_document_describes_every_route_and_error(make_client):
     assert schemas["JobIn"]["examples"] == [{"type": "record", "payload": {}}]
     assert schemas["BatchJobIn"]["properties"]["total"]["anyOf"][0]["maximum"] == 1_000_000
     assert document["paths"]["/cron/pipeline"]["post"]["security"] == [{"cronSecret": []}]
+    trends_window = document["paths"]["/trends"]["get"]["parameters"][0]
+    assert (trends_window["name"], trends_window["schema"]["enum"]) == ("window", ["hour", "day"])
 
 
 async def test_declared_payloads_are_in_the_document(make_client):
