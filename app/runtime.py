@@ -181,6 +181,8 @@ def job_json(r: Mapping[str, Any]) -> dict[str, Any]:
         out["after"] = [str(p) for p in r["parents"]] if r["parents"] else None
         out["runAnyway"] = r["run_anyway"]
         out["result"] = r["result"]
+    if "cancel_requested_at" in r.keys() and r["cancel_requested_at"] is not None:  # one job, or a cancel's answer
+        out["cancelRequestedAt"] = iso(r["cancel_requested_at"])
     return out
 
 

@@ -117,15 +117,15 @@ async def test_progress_and_counts_for_a_progress_bar(pool):
     assert (row["total"], row["progress"]) == (40, 22)
 
 
-async def test_cancel_stops_unstarted_work_and_leaves_running_work_alone(pool):
+async def test_cancel_stops_unstarted_work_and_asks_the_holder_of_running_work(pool):
     c = await owned_lane(pool)
     out = await b.create_batch(pool, c, [BatchRequest("a"), BatchRequest("b")])
     run_id = await f.run(pool)
     await q.claim(pool, f.lease("a"), run_id, 1)
-    assert await outcomes.cancel_batch(pool, [], out.batch_id, SETTINGS) == (True, 1)
-    assert await outcomes.cancel_batch(pool, [], out.batch_id, SETTINGS) == (False, 0)
+    assert await outcomes.cancel_batch(pool, [], out.batch_id, SETTINGS) == outcomes.BatchCancel(True, 1, 1)
+    assert await outcomes.cancel_batch(pool, [], out.batch_id, SETTINGS) == outcomes.BatchCancel(False, 0, 0)
     statuses = {r["type"]: r["status"] for r in await b.batch_jobs(pool, out.batch_id)}
-    assert statuses == {"a": "running", "b": "failed"}
+    assert statuses == {"a": "running", "b": "cancelled"}  # a's holder is asked: it ends it
     assert await q.complete(pool, run_id, [out.created["a"]]) == [out.created["a"]]
     await b.reconcile(pool)
     assert (await b.get_batch(pool, out.batch_id))["status"] == "cancelled"

@@ -117,10 +117,10 @@ async def test_api_cancel_runs_the_cancelled_hook_once(pool, client_for):
     [job_id] = await f.jobs(pool, "t", 1)
     r = await client.post(f"/jobs/{job_id}/cancel")
     assert r.status_code == 200, r.text
-    assert (r.json()["status"], r.json()["lastError"]) == ("failed", "cancelled")
+    assert (r.json()["status"], r.json()["lastError"]) == ("cancelled", None)
     assert (await client.post(f"/jobs/{job_id}/cancel")).status_code == 409
     assert hooked.cancelled == [job_id] and hooked.gave_up == []
-    assert await job_state(pool, job_id) == ("failed", 1)
+    assert await job_state(pool, job_id) == ("cancelled", 1)
     assert await failed_notices(pool, job_id) == 0  # a cancel is asked for: not announced as a failure
 
 
@@ -131,11 +131,12 @@ async def test_batch_cancel_runs_each_unstarted_jobs_cancelled_hook_once(pool, c
     r = await client.post(f"/lanes/{lane}/batches", json={"jobs": [{"type": "a"}, {"type": "b"}]})
     assert r.status_code == 201, r.text
     batch_id, created = r.json()["batchId"], r.json()["created"]
-    await q.claim(pool, a.stage.lease_terms, await f.run(pool), 1)  # a is running: left to its holder
+    await q.claim(pool, a.stage.lease_terms, await f.run(pool), 1)  # a is running: its holder ends it
     r = await client.post(f"/batches/{batch_id}/cancel")
-    assert r.status_code == 200 and r.json()["jobsCancelled"] == 1, r.text
+    assert r.status_code == 200 and (r.json()["jobsCancelled"], r.json()["jobsStopping"]) == (1, 1), r.text
     assert (await client.post(f"/batches/{batch_id}/cancel")).status_code == 409
     assert [str(i) for i in b.cancelled] == [created["b"]] and a.cancelled == []
+    assert (await f.job_row(pool, created["a"]))["cancel_requested_at"] is not None
     assert a.gave_up == b.gave_up == []
 
 
@@ -173,7 +174,7 @@ async def test_a_raising_cancelled_hook_rolls_back_the_api_cancel(pool, client_f
     hooked.raising.clear()
     assert (await client.post(f"/jobs/{job_id}/cancel")).status_code == 200
     assert hooked.cancelled == [job_id, job_id]
-    assert await job_state(pool, job_id) == ("failed", 1)
+    assert await job_state(pool, job_id) == ("cancelled", 1)
 
 
 async def test_a_raising_cancelled_hook_rolls_back_the_whole_batch_cancel(pool, client_for):
@@ -192,7 +193,7 @@ async def test_a_raising_cancelled_hook_rolls_back_the_whole_batch_cancel(pool, 
     assert {c["progress"] for c in batch["children"]} == {None}  # any hook that ran before b's is undone too
     b.raising.clear()
     assert (await client.post(f"/batches/{batch_id}/cancel")).status_code == 200
-    assert {await job_state(pool, created[t]) for t in ("a", "b")} == {("failed", 1)}
+    assert {await job_state(pool, created[t]) for t in ("a", "b")} == {("cancelled", 1)}
 
 
 

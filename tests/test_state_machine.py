@@ -1,8 +1,9 @@
 """The job state machine, tested as a state machine.
 
 Hypothesis plays random sequences of enqueue (with and without dedupe keys, now or later,
-in a batch or not, with a unique_for window or not, replacing a pending job or not), claim, complete, fail, defer, cancel, retry, lease expiry, time
-passing, stuck sweep, reconcile, prune and lane pauses, from three runs at once, against
+in a batch or not, with a unique_for window or not, replacing a pending job or not), claim, complete, fail, defer, cancel (of a pending job, or asked of a
+running one and ended by its run), retry, lease expiry, time passing, stuck sweep,
+reconcile, prune and lane pauses, from three runs at once, against
 the real test server through the named SQL queries. A small model says what each step
 must do; after every step the database is read back and compared with it, and with the
 invariants the code relies on (docs/invariants.md):
@@ -116,9 +117,12 @@ class Queue:
         return [r["id"] for r in self.fetch("defer", ids=[job], until=[until], run_id=run)]
 
     def sweep(self, type_):
+        """The stuck sweep: cancels no run will end first, then the jobs given up."""
+        asked = [r["id"] for r in self.fetch("cancel_stuck_candidates", type=type_, lease_seconds=LEASE)]
+        cancelled = [i for i in asked if self.fetch("cancel_stuck", job_id=i, type=type_, lease_seconds=LEASE)]
         lease = dict(type=type_, lease_seconds=LEASE, max_attempts=MAX_ATTEMPTS[type_])
         ids = [r["id"] for r in self.fetch("stuck_candidates", **lease)]
-        return ids, [i for i in ids if self.fetch("fail_stuck", job_id=i, **lease)]
+        return (asked, cancelled), (ids, [i for i in ids if self.fetch("fail_stuck", job_id=i, **lease)])
 
 
 # ---- the model ----
@@ -134,6 +138,7 @@ class ModelJob:
     holder: uuid.UUID | None = None
     due: bool = True
     expired: bool = False   # running, and its lease has run out
+    cancel_asked: bool = False  # a cancel was asked for while it was open
     window: bool = False    # its key stays taken for WINDOW after it ends
     window_over: bool = False  # it ended longer than WINDOW ago (a rule moved its end back)
 
@@ -328,9 +333,29 @@ class JobMachine(RuleBasedStateMachine):
             return
         j = self.jobs.get(job_id)
         rows = self.q.fetch("job_cancel", job_id=job_id)
-        assert bool(rows) == (j is not None and j.status == "pending")
+        assert bool(rows) == (j is not None and j.open)
         if rows:
-            j.status, j.holder = "failed", None
+            j.cancel_asked = True
+            if j.status == "pending":
+                j.status, j.holder = "cancelled", None
+            assert rows[0]["status"] == j.status  # a running job keeps running: its holder ends it
+
+    @rule(data=st.data())
+    def run_sees_cancel(self, data):
+        """A run's cancel watch, then the ending of one job it believes it holds (a run that
+        holds something, when one does)."""
+        run = data.draw(st.sampled_from([i for i, r in enumerate(self.runs) if self.held[r]] or [0, 1, 2]))
+        run_id = self.runs[run]
+        asked = {r["id"] for r in self.q.fetch("jobs_cancel_requested", run_id=run_id)}
+        assert asked == {i for i, j in self.jobs.items() if self._holds(run_id, i) and j.cancel_asked}
+        job_id = self._pick_held(data, run)
+        if job_id is None:
+            return
+        expected = self._holds(run_id, job_id) and self.jobs[job_id].cancel_asked
+        assert bool(self.q.fetch("job_cancel_held", run_id=run_id, job_id=job_id)) == expected
+        if expected:
+            self.held[run_id].discard(job_id)
+            self.jobs[job_id].status, self.jobs[job_id].holder = "cancelled", None
 
     @rule(job_id=jobs_b)
     def retry(self, job_id):
@@ -339,15 +364,16 @@ class JobMachine(RuleBasedStateMachine):
         j = self.jobs.get(job_id)
         clash = j is not None and j.key is not None and any(
             o is not j and o.holds_key and o.lane == j.lane and o.key == j.key for o in self.jobs.values())
+        ended = j is not None and j.status in ("failed", "cancelled")
         try:
             rows = self.q.fetch("job_retry", job_id=job_id)
         except asyncpg.UniqueViolationError:
-            assert j is not None and j.status == "failed" and clash
+            assert ended and clash
             return
-        assert not (j is not None and j.status == "failed" and clash), "a retry took a dedupe key that was held"
-        assert bool(rows) == (j is not None and j.status == "failed")
+        assert not (ended and clash), "a retry took a dedupe key that was held"
+        assert bool(rows) == ended
         if rows:
-            j.status, j.attempts, j.due = "pending", 0, True
+            j.status, j.attempts, j.due, j.cancel_asked = "pending", 0, True, False
             j.window_over = False  # when it ends again, its window starts again
 
     @rule(job_id=jobs_b)
@@ -378,10 +404,19 @@ class JobMachine(RuleBasedStateMachine):
 
     @rule(type_=st.sampled_from(sorted(MAX_ATTEMPTS)))
     def stuck_sweep(self, type_):
+        # a cancel no run will end (pending again, or its holder's lease ran out): cancelled,
+        # whatever attempts it has left; then the jobs stuck on their last attempt: failed
+        unended = {i for i, j in self.jobs.items() if j.type == type_ and j.cancel_asked and (
+            j.status == "pending" or (j.status == "running" and j.expired))}
         stuck = {i for i, j in self.jobs.items() if j.type == type_ and j.status == "running"
-                 and j.expired and j.attempts >= MAX_ATTEMPTS[type_]}
-        candidates, failed = self.q.sweep(type_)
+                 and j.expired and j.attempts >= MAX_ATTEMPTS[type_]} - unended
+        (asked, cancelled), (candidates, failed) = self.q.sweep(type_)
+        assert set(asked) == unended and set(cancelled) == unended
         assert set(candidates) == stuck and set(failed) == stuck
+        for job_id in cancelled:
+            self.jobs[job_id].status, self.jobs[job_id].holder = "cancelled", None
+            for held in self.held.values():
+                held.discard(job_id)
         for job_id in failed:
             self.jobs[job_id].status, self.jobs[job_id].holder = "failed", None
 
@@ -394,9 +429,12 @@ class JobMachine(RuleBasedStateMachine):
                 continue
             finished = sum(not j.open for j in children)
             failed = sum(j.status == "failed" for j in children)
+            cancelled = sum(j.status == "cancelled" for j in children)
             not_started = sum(j.status == "pending" and j.attempts == 0 for j in children)
             if finished < len(children):
                 status = "running" if not_started < len(children) else "pending"
+            elif cancelled:
+                status = "stopped"
             else:
                 status = "completed" if failed == 0 else "failed" if failed == len(children) else "partially_failed"
             self.batch_status[batch] = status
@@ -406,7 +444,7 @@ class JobMachine(RuleBasedStateMachine):
     @rule()
     def prune(self):
         self.q.sql("UPDATE jobs SET finished_at = now() - interval '1 hour' "
-                   "WHERE lane = ANY($1) AND status IN ('done', 'failed')", self.lanes)
+                   "WHERE lane = ANY($1) AND status IN ('done', 'failed', 'cancelled')", self.lanes)
         self.q.fetch("prune_finished", retention_hours=0, limit=1000)
         for job_id in [i for i, j in self.jobs.items() if not j.open]:
             del self.jobs[job_id]

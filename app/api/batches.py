@@ -65,6 +65,7 @@ class BatchCounts(BaseModel):
     running: int
     done: int
     failed: int
+    cancelled: int
 
 
 class BatchJobOut(BaseModel):
@@ -162,7 +163,7 @@ async def get_batch(batch_id: uuid.UUID, request: Request) -> dict[str, Any]:
     children = await engine.batch_jobs(pool, batch_id)
     return {
         "id": row["id"], "lane": row["lane"], "status": row["status"], "jobs": row["jobs"],
-        "counts": {k: row[k] for k in ("pending", "running", "done", "failed")},
+        "counts": {k: row[k] for k in ("pending", "running", "done", "failed", "cancelled")},
         "total": row["total"], "progress": row["progress"] or 0,
         "createdAt": iso(row["created_at"]), "finishedAt": iso(row["finished_at"]),
         "children": [{"id": c["id"], "type": c["type"], "status": c["status"], "attempts": c["attempts"],
@@ -174,14 +175,16 @@ async def get_batch(batch_id: uuid.UUID, request: Request) -> dict[str, Any]:
 @router.post("/batches/{batch_id}/cancel", dependencies=[Depends(only_params())],
              responses={404: {"description": "no such batch"}, 409: {"description": "already finished"}})
 async def cancel_batch(batch_id: uuid.UUID, request: Request) -> dict[str, Any]:
-    """Stop an open batch: unstarted jobs are cancelled, running ones finish."""
+    """Stop an open batch: its jobs that have not started are cancelled now, and its running
+    ones are asked to stop: the run that holds each ends it cancelled within about 2 s."""
     pool = await pool_of(request)
     runtime = request.app.state.runtime
-    cancelled, jobs = await outcomes.cancel_batch(pool, runtime.stages, batch_id, runtime.settings)
-    if not cancelled:
+    done = await outcomes.cancel_batch(pool, runtime.stages, batch_id, runtime.settings)
+    if not done.was_open:
         row = await engine.get_batch(pool, batch_id)
         if row is None:
             raise ApiError(404, "not_found", f"no batch {batch_id}")
         raise ApiError(409, "batch_finished", f"batch {batch_id} is already {row['status']}",
                        {"status": row["status"]})
-    return {"id": str(batch_id), "status": "cancelled", "jobsCancelled": jobs}
+    return {"id": str(batch_id), "status": "cancelled", "jobsCancelled": done.cancelled,
+            "jobsStopping": done.requested}

@@ -78,9 +78,10 @@ async def dashboard_asset(name: str, request: Request) -> FileResponse:
 
 def _queue_json(rows) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     queue = [{"type": r["type"], "ready": r["ready"], "waiting": r["waiting"], "running": r["running"],
-              "done": r["done"], "failed": r["failed"], "oldestReadySeconds": r["oldest_ready_seconds"]}
+              "done": r["done"], "failed": r["failed"], "cancelled": r["cancelled"],
+              "oldestReadySeconds": r["oldest_ready_seconds"]}
              for r in rows]
-    totals = {k: sum(q[k] for q in queue) for k in ("ready", "waiting", "running", "done", "failed")}
+    totals = {k: sum(q[k] for q in queue) for k in ("ready", "waiting", "running", "done", "failed", "cancelled")}
     ages = [q["oldestReadySeconds"] for q in queue if q["oldestReadySeconds"] is not None]
     totals["oldestReadySeconds"] = max(ages) if ages else None
     return queue, totals
@@ -90,9 +91,9 @@ def _queue_json(rows) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             dependencies=[], responses={200: {"description": "queue, lanes, runs, failed jobs, batches, panels, "
                                                           "the oldest snapshot"}})
 async def stats(request: Request) -> JSONResponse:
-    """The queue per type and status (done and failed: the last day), the oldest ready
+    """The queue per type and status (done, failed and cancelled: the last day), the oldest ready
     job's age, the busiest lanes, the last runs and a day of per-run counts (admins: runs
-    are the operator's), failed and retrying jobs, batches with progress, the plug-ins' panels,
+    are the operator's), failed, retrying and running jobs, batches with progress, the plug-ins' panels,
     `horizon` (admins; null for a tenant): what holds back VACUUM's horizon, for how long,
     and the queue tables' dead row versions, `unhandled`: the types waiting that no stage
     loaded here handles (they would wait for ever), and
@@ -120,7 +121,8 @@ async def stats(request: Request) -> JSONResponse:
              for r in reversed(await db.fetch(*statement("dashboard_runs_chart").bind(limit=CHART_RUNS)))]
     trouble = [{"id": str(r["id"]), "type": r["type"], "status": r["status"], "attempts": r["attempts"],
                 "lastError": r["last_error"], "runAfter": iso(r["run_after"]),
-                "finishedAt": iso(r["finished_at"]), "lane": str(r["lane"])}
+                "finishedAt": iso(r["finished_at"]), "lane": str(r["lane"]), "lockedAt": iso(r["locked_at"]),
+                "cancelRequestedAt": iso(r["cancel_requested_at"])}
                for r in await db.fetch(*statement("dashboard_trouble").bind(limit=FAILED_SHOWN,
                                                                             own_lanes=own_lanes))]
     batches = [{"id": str(r["id"]), "status": r["status"], "createdAt": iso(r["created_at"]),

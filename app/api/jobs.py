@@ -26,10 +26,10 @@ from app.pipeline import admission, outcomes
 
 router = APIRouter(tags=["jobs"])
 
-STATUSES = ("pending", "running", "done", "failed", "waiting")
+CANCELLED = "cancelled"  # a status of its own: the job was cancelled (docs/queue.md#words)
+STATUSES = ("pending", "running", "done", "failed", CANCELLED, "waiting")
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
 LATEST = datetime(9999, 1, 1, tzinfo=timezone.utc)
-CANCELLED = "cancelled"
 
 
 def _type_param() -> Param:
@@ -63,13 +63,13 @@ class AttemptError(BaseModel):
 class JobOut(BaseModel):
     id: uuid.UUID
     type: str
-    status: Literal["pending", "running", "done", "failed", "waiting"]
+    status: Literal["pending", "running", "done", "failed", "cancelled", "waiting"]
     payload: dict[str, Any]
     dedupeKey: str | None
     attempts: int = Field(description="attempts started (grows at claim time)")
     runAfter: datetime = Field(description="not claimed before this time")
     lockedAt: datetime | None = Field(description="when the current (or last) holder claimed it")
-    lastError: str | None = Field(description="why the last attempt failed ('cancelled' for a cancelled job)")
+    lastError: str | None = Field(description="why the last attempt failed")
     runId: uuid.UUID | None = Field(description="the run that holds, or last held, the job")
     batchId: uuid.UUID | None
     lane: uuid.UUID = Field(description="the fairness lane (all zeros: the default lane, work nobody owns)")
@@ -79,6 +79,10 @@ class JobOut(BaseModel):
     finishedAt: datetime | None
     errors: list[AttemptError] | None = Field(None, description="every failed attempt's error, newest "
                                               "first, the last 20 (GET /jobs/{id} only; lists leave it out)")
+    cancelRequestedAt: datetime | None = Field(None, description="when a cancel was asked for (GET /jobs/{id} "
+                                               "and a cancel's answer only; absent when none was): a running "
+                                               "job with one is stopped by the run that holds it, within "
+                                               "about 2 s")
     after: list[uuid.UUID] | None = Field(None, description="the jobs it waits for: it is waiting until all "
                                           "of them are done (GET /jobs/{id} only; null: none)")
     runAnyway: bool | None = Field(None, description="whether it runs also once a job it waits for failed or was "
@@ -329,33 +333,33 @@ async def retry_job(job_id: uuid.UUID, request: Request) -> JSONResponse:
     if row is None:
         current = await _current(pool, job_id)
         raise ApiError(409, "job_not_failed",
-                       f"job {job_id} is {current['status']}; only a failed job can be retried",
+                       f"job {job_id} is {current['status']}; only a failed or cancelled job can be retried",
                        {"status": current["status"]})
     await forget(request, f"/jobs/{job_id}")
     return JSONResponse(job_json(row))
 
 
-@router.post("/jobs/{job_id}/cancel", response_model=JobOut, summary="Cancel a job that has not started",
+@router.post("/jobs/{job_id}/cancel", response_model=JobOut, summary="Cancel a job",
              dependencies=[Depends(only_params())],
-             responses={**_NOT_FOUND, 409: {"description": "job_running (it is never stomped: it ends when "
-                                                           "its holder finishes) or job_finished"}})
+             responses={200: {"description": "the job was pending: it is cancelled now"},
+                        202: {"description": "the job is running: the cancel is asked for, and the run "
+                                             "that holds it stops its handler and ends it cancelled within "
+                                             "about 2 s; the job as it is now (status running, "
+                                             "cancelRequestedAt set)",
+                              "model": JobOut},
+                        **_NOT_FOUND, 409: {"description": "job_finished: it had already ended"}})
 async def cancel_job(job_id: uuid.UUID, request: Request) -> JSONResponse:
-    """A pending job becomes failed with last_error 'cancelled', and its stage's
-    `cancelled` hook runs with it (a refund, say). A running job is left to its holder: 409."""
+    """A pending job is cancelled now, and its stage's `cancelled` hook runs with it (a
+    refund, say): 200. A running job's cancel is asked for: the run that holds it notices
+    within about 2 s, stops its handler (CancelledError, so its `finally` runs) and ends it
+    cancelled with the hook: 202 with the job as it is now. Asking again is the same 202."""
     pool = await pool_of(request)
     runtime = request.app.state.runtime
     row = await outcomes.cancel_job(pool, runtime.stages, job_id, runtime.settings)
     if row is None:
         current = await _current(pool, job_id)
-        if current["status"] == "running":
-            raise ApiError(409, "job_running",
-                           f"job {job_id} is running (attempt {current['attempts']}, run {current['run_id']}); "
-                           "a running job is not interrupted: it ends when its holder finishes. If it goes "
-                           "back to pending for another attempt, cancel it then",
-                           {"status": "running", "runId": _str(current["run_id"])})
         raise ApiError(409, "job_finished",
-                       f"job {job_id} has already finished ({current['status']}"
-                       + (", cancelled" if current["last_error"] == CANCELLED else "") + "); nothing to cancel",
+                       f"job {job_id} has already ended ({current['status']}); nothing to cancel",
                        {"status": current["status"]})
     await forget(request, f"/jobs/{job_id}")
-    return JSONResponse(job_json(row))
+    return JSONResponse(job_json(row), status_code=202 if row["status"] == "running" else 200)

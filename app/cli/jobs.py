@@ -29,7 +29,7 @@ from app.pipeline import admission
 from app.runtime import run_json
 from app.whole_numbers import whole_number
 
-STATUSES = ("pending", "running", "done", "failed", "waiting")
+STATUSES = ("pending", "running", "done", "failed", "cancelled", "waiting")
 STOP_REASONS = (*run_log.STOP_REASONS, "running")  # 'running': not finished yet
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 20
@@ -68,7 +68,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     retry.add_argument("--cancelled", action="store_true", help="with --failed: cancelled jobs too")
     _json_arg(retry)
     retry.set_defaults(run=jobs_retry)
-    cancel = jsub.add_parser("cancel", help="cancel a job that has not started (its stage's hook runs)")
+    cancel = jsub.add_parser("cancel", help="cancel a job: a pending one now, a running one by the run "
+                                           "holding it within about 2 s (its stage's hook runs)")
     cancel.add_argument("id", type=_uuid("job id"))
     _json_arg(cancel)
     cancel.set_defaults(run=jobs_cancel)
@@ -239,6 +240,8 @@ async def _job_or_fail(db, job_id: uuid.UUID, cli):
 async def jobs_show(args, cli) -> str:
     async with acting_as_cli(cli.dsn) as db:
         job = row_json(await _job_or_fail(db, args.id, cli))
+    if job["cancelRequestedAt"] is None:  # as the API shows a job: absent when nobody asked
+        del job["cancelRequestedAt"]
     return render(job, args.json, _job_text)
 
 
@@ -267,7 +270,7 @@ async def jobs_retry(args, cli) -> str:
                               "has finished") from None
         if row is None:
             current = await _job_or_fail(db, args.id, cli)
-            raise cli.failure(f"job {args.id} is {current['status']}; only a failed job can be retried")
+            raise cli.failure(f"job {args.id} is {current['status']}; only a failed or cancelled job can be retried")
     return render(row_json(row), args.json, lambda j: f"job {j['id']} is pending again (attempts reset)")
 
 
@@ -290,11 +293,10 @@ async def jobs_cancel(args, cli) -> str:
             raise cli.failure(f"{exc.public_message}; the job was not cancelled") from None
         if row is None:
             current = await _job_or_fail(db, args.id, cli)
-            if current["status"] == "running":
-                raise cli.failure(f"job {args.id} is running (run {current['run_id']}); a running job is "
-                                  "not interrupted: cancel it if it goes back to pending")
-            raise cli.failure(f"job {args.id} has already finished ({current['status']}); nothing to cancel")
-    return render(row_json(row), args.json, lambda j: f"job {j['id']} cancelled")
+            raise cli.failure(f"job {args.id} has already ended ({current['status']}); nothing to cancel")
+    return render(row_json(row), args.json, lambda j: f"job {j['id']} cancelled" if j["status"] == "cancelled"
+                  else f"job {j['id']} is running (run {j['runId']}): asked to cancel; its run stops it "
+                       "within about 2 s")
 
 
 def _run_line(run: dict[str, Any]) -> dict[str, Any]:
@@ -331,7 +333,7 @@ async def batch_show(args, cli) -> str:
     def human(b: dict[str, Any]) -> str:
         head = fields([("batch", b["id"]), ("status", b["status"]),
                        ("jobs", f"{b['jobs']} (pending {b['pending']}, running {b['running']}, "
-                                f"done {b['done']}, failed {b['failed']})"),
+                                f"done {b['done']}, failed {b['failed']}, cancelled {b['cancelled']})"),
                        ("progress", f"{b['progress']} of {b['total']}" if b["total"] else b["progress"]),
                        ("created", ago(b["createdAt"])), ("finished", ago(b["finishedAt"]))])
         return head + "\n\n" + table([_job_line(c) for c in b["children"]], JOB_COLUMNS)

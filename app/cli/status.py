@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 async def read_status(db, cli) -> dict[str, Any]:
     depth = {r["type"]: r for r in await queue_stats.queue_depth(db)}
-    # done and failed: the jobs' own statuses (as the dashboard counts them); retried: the
+    # done, failed and cancelled: the jobs' own statuses (as the dashboard counts them); retried: the
     # failed attempts the last day's runs tried again
     ended = {r["type"]: r for r in await queue_stats.jobs_by_type(db, own_lanes=False)}
     recent = {r["type"]: r for r in await queue_stats.endings_by_type(db, RECENT_SECONDS)}
@@ -43,6 +43,7 @@ async def read_status(db, cli) -> dict[str, Any]:
         stages.append({"type": type_, "pending": d.get("pending", 0), "paused": d.get("paused", 0),
                        "running": d.get("running", 0), "oldestReadySeconds": d.get("oldest_ready_seconds"),
                        "doneLastDay": e.get("done", 0), "failedLastDay": e.get("failed", 0),
+                       "cancelledLastDay": e.get("cancelled", 0),
                        "retriedLastDay": r.get("retried", 0), "stagePaused": type_ in stopped})
     runs = await run_log.list_runs(db, stop_reason=None, trigger=None, after=None, limit=LAST_RUNS)
     tick = await queue_stats.last_maintenance_tick(db)
@@ -109,7 +110,7 @@ def status_text(s: dict[str, Any]) -> str:
     stages = table([{**r, "wait": span(r["oldestReadySeconds"])} for r in s["stages"]],
                    [("STAGE", "type"), ("PENDING", "pending"), ("PAUSED", "paused"), ("RUNNING", "running"),
                     ("OLDEST READY", "wait"), ("DONE 24H", "doneLastDay"), ("FAILED 24H", "failedLastDay"),
-                    ("RETRIED 24H", "retriedLastDay")],
+                    ("CANCELLED 24H", "cancelledLastDay"), ("RETRIED 24H", "retriedLastDay")],
                    empty="(no jobs waiting or running, no runs in the last day)")
     m = s["maintenance"]
     tick = "never" if m["lastTickSecondsAgo"] is None else f"{span(m['lastTickSecondsAgo'])} ago"

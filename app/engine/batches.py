@@ -69,11 +69,14 @@ async def batch_jobs(db, batch_id: uuid.UUID) -> list[asyncpg.Record]:
     return await db.fetch(*statement("batch_jobs").bind(batch_id=batch_id))
 
 
-async def cancel_batch(conn, batch_id: uuid.UUID) -> tuple[bool, list[Job]]:
-    """(whether an open batch was cancelled, the unstarted jobs it took down). One
-    statement; the stages' cancelled hooks are app.pipeline.outcomes.cancel_batch's."""
+async def cancel_batch(conn, batch_id: uuid.UUID) -> tuple[bool, list[Job], int]:
+    """(whether an open batch was cancelled, the unstarted jobs it cancelled, how many
+    running ones got a cancel request for their holder). One statement; the stages'
+    cancelled hooks are app.pipeline.outcomes.cancel_batch's."""
     rows = await conn.fetch(*statement("batch_cancel").bind(batch_id=batch_id))
-    return rows[0]["cancelled"], [Job.from_row(r) for r in rows if r["id"] is not None]
+    changed = [r for r in rows if r["id"] is not None]
+    cancelled = [Job.from_row(r) for r in changed if r["status"] == "cancelled"]
+    return rows[0]["cancelled"], cancelled, len(changed) - len(cancelled)
 
 
 async def reconcile(db) -> list[asyncpg.Record]:

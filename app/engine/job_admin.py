@@ -1,5 +1,5 @@
 """What people and scripts do to jobs from outside the pipeline: list them a keyset page
-at a time, look one up, cancel one that has not started, retry one that failed."""
+at a time, look one up, cancel one (or ask its holder to), retry one that failed."""
 
 from __future__ import annotations
 
@@ -46,8 +46,10 @@ async def get_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
 
 
 async def cancel_job(db, job_id: uuid.UUID) -> asyncpg.Record | None:
-    """The job, now failed as cancelled; None when it was not pending (or does not exist).
-    One statement: the ending, with the stage's hook, is app.pipeline.outcomes.cancel_job."""
+    """The job as the cancel left it: cancelled when it was pending; running with a cancel
+    request when it was running (its holder ends it: app.pipeline.cancel_watch). None when
+    it had already ended (or does not exist). One statement: the ending, with the stage's
+    hook, is app.pipeline.outcomes.cancel_job."""
     return await db.fetchrow(*statement("job_cancel").bind(job_id=job_id))
 
 
@@ -80,7 +82,7 @@ async def visible_lane(db, lane: uuid.UUID) -> uuid.UUID | None:
 async def retry_failed_jobs(db, *, type_: str | None = None, within_seconds: float | None = None,
                             cancelled: bool = False) -> list[asyncpg.Record]:
     """Every failed job (of `type_`, finished in the last `within_seconds`; cancelled ones
-    only when asked) back to pending in one statement: (id, type) of each. Jobs whose
-    dedupe key an open job holds stay failed."""
+    too only when asked) back to pending in one statement: (id, type) of each. Jobs whose
+    dedupe key an open job holds stay as they are."""
     return await db.fetch(*statement("jobs_retry_failed").bind(type=type_, within_seconds=within_seconds,
                                                                cancelled=cancelled))

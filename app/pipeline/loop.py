@@ -16,6 +16,7 @@ from app.engine.jobs import Job
 from app.engine.one_connection import OneConnection
 from app.engine.db import connection_lost, why_lost
 from app.pipeline import notifications
+from app.pipeline.cancel_watch import CancelWatch
 from app.pipeline.handler_slots import HandlerSlots
 from app.pipeline.maintenance import maintenance_stage, start_of_run
 from app.pipeline.outcomes import BatchEndings, Settled, error_text, settle, storable
@@ -99,6 +100,7 @@ class Pipeline:
         self._budget_deadline = 0.0
         self._timeouts: set[asyncio.Timeout] = set()
         self._trace: RunTrace | None = None  # the run's spans; None: tracing is off
+        self._watch: CancelWatch | None = None  # the run's, while it runs
         self._quiet_until: dict[str, float] = {}
         self._claimed_at: dict[str, float] = {}  # a user stage's last claim (STAGE_TURN_SECONDS)
         # a stage's concurrency is the run's, not a batch's or a stream's
@@ -151,7 +153,8 @@ class Pipeline:
         ctx = Context(db=self.pool, run_id=run_id, trigger=trigger, settings=s,
                       deadline=self._budget_deadline, tally=tally)
         stop_reason, error, database_lost = "no_work", None, False
-        async with record.beating():
+        self._watch = CancelWatch(self.pool, run_id)
+        async with record.beating(), self._watch.watching():
             try:
                 await start_of_run(self.pool, self.stages, ctx)
                 stop_reason = await self._loop(ctx, hard_deadline, idle)
@@ -310,7 +313,7 @@ class Pipeline:
                         written = (running[0], await running[1])
                     await self._settle(conn, written, ctx)
                     return out.stop_reason
-                if out.failed:  # written at once: its hooks do not wait for the next batch
+                if out.failed or out.cancelled:  # written at once: its hooks do not wait for the next batch
                     await self._settle(conn, written, ctx)
                     written = None
         except BaseException:
@@ -446,8 +449,10 @@ class Pipeline:
         else:
             await asyncio.gather(*(runner() for _ in range(min(stage.concurrency, len(jobs)))))
 
-    async def _guarded(self, stage: Stage, limit: float, call: Awaitable[Any], what: str) -> Any:
-        """Await a handler under its time limit; stop() can shorten the limit.
+    async def _guarded(self, stage: Stage, limit: float, call: Awaitable[Any], what: str,
+                       jobs: list[Job]) -> Any:
+        """Await a handler of `jobs` under its time limit; stop() and a cancel of the jobs
+        (cancel_watch.py) can shorten the limit.
 
         A handler that blocks the event loop (time.sleep, a synchronous client) cannot be
         cut: the timer that would cancel it only fires once the loop gets control again. One
@@ -461,7 +466,8 @@ class Pipeline:
             async with tm:
                 self._timeouts.add(tm)
                 try:
-                    result = await call
+                    with self._watch.guarding((job.id for job in jobs), tm):
+                        result = await call
                 finally:
                     self._timeouts.discard(tm)
         except TimeoutError:
@@ -500,18 +506,24 @@ class Pipeline:
         limit = min(stage.timeout, hard_deadline - now)
         try:
             result = await self._guarded(stage, limit, stage.handler(job, ctx.for_job(job)),
-                                         f"the handler of job {job.id}")
+                                         f"the handler of job {job.id}", [job])
         except TimeoutError:
+            if self._watch.take(job.id):  # stopped by a person's cancel
+                out.cancel(job)
             # cut by the platform limit or a shutdown, not by its own timeout: deferred
-            if self._stopping or limit < stage.timeout:
+            elif self._stopping or limit < stage.timeout:
                 out.defer_now(job)
             else:
                 out.record(job, TimeoutError(f"timed out after {stage.timeout:g}s"))
         except Exception as exc:
+            if self._watch.take(job.id):  # a cancel seen as it failed: not tried again
+                out.cancel(job)
+                return
             out.record(job, exc)
             if out.stop_reason:  # nothing more starts, in this batch or the one after it
                 self._budget_deadline = min(self._budget_deadline, time.monotonic())
         else:
+            self._watch.take(job.id)  # it finished first: done stands
             out.record(job, None, result)
 
     async def _call_batch(self, stage: Stage, jobs: list[Job], ctx: Context, out: BatchEndings,
@@ -523,10 +535,12 @@ class Pipeline:
         limit = min(stage.timeout, hard_deadline - time.monotonic())
         try:
             problems = await self._guarded(stage, limit, stage.batch_handler(jobs, ctx),
-                                           f"the batch handler of {len(jobs)} jobs") or {}
+                                           f"the batch handler of {len(jobs)} jobs", jobs) or {}
         except TimeoutError:
             for job in jobs:
-                if self._stopping or limit < stage.timeout:
+                if self._watch.take(job.id):  # stopped (or asked for) by a person's cancel
+                    out.cancel(job)
+                elif self._stopping or limit < stage.timeout:
                     out.defer_now(job)
                 else:
                     out.record(job, TimeoutError(f"timed out after {stage.timeout:g}s"))
@@ -534,7 +548,10 @@ class Pipeline:
         except Exception as exc:
             problems = {job.id: exc for job in jobs}
         for job in jobs:
-            out.record(job, problems.get(job.id))
+            if self._watch.take(job.id) and problems.get(job.id) is not None:
+                out.cancel(job)  # asked for, and not done: cancelled, not tried again
+            else:
+                out.record(job, problems.get(job.id))
 
     async def _settle(self, conn, written: Ended | None, ctx: Context, *,
                       claim: Stage | None = None) -> Settled:
@@ -554,8 +571,11 @@ class Pipeline:
         t = ctx.tally
         t.lost += s.lost
         t.stage(stage.type, done=s.done, failed=s.failed, retried=s.retried, deferred=s.deferred)
+        if s.cancelled:
+            t.stage(stage.type, cancelled=s.cancelled)
         if stage.internal:
             return s
+        t.cancelled += s.cancelled
         t.done += s.done
         t.deferred += s.deferred
         t.failed += s.failed

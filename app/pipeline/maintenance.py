@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Awaitable, Callable
 
-from app.engine import audit, batches, events, idempotency
+from app.engine import audit, batches, cancels, events, idempotency
 from app.engine import jobs as q
 from app.engine.queries import statement
 from app.engine.runs import close_abandoned_runs
@@ -33,9 +33,12 @@ MAINTENANCE_TYPE = "maintenance"
 async def sweep_stuck(pool, stages: list[Stage], ctx: Context) -> int:
     """Give up each job whose holder died on its last attempt (outcomes.give_up_stuck:
     one transaction per job with its gave_up hook and notification). A hook that raises
-    leaves the job stuck for the next sweep."""
+    leaves the job stuck for the next sweep. First, a job with a cancel request that no
+    run will end (its holder died, or it went back to pending first) is cancelled, not
+    retried nor given up (outcomes.cancel_stuck, with its cancelled hook)."""
     swept = 0
     for stage in stages:
+        await _cancel_stuck(pool, stage, ctx)
         for job_id in await q.stuck_candidates(pool, stage.lease_terms):
             try:
                 if not await outcomes.give_up_stuck(pool, stage, job_id, ctx):
@@ -49,6 +52,18 @@ async def sweep_stuck(pool, stages: list[Stage], ctx: Context) -> int:
     if swept:
         ctx.count("swept", swept)
     return swept
+
+
+async def _cancel_stuck(pool, stage: Stage, ctx: Context) -> None:
+    for job_id in await cancels.stuck_candidates(pool, stage.lease_terms):
+        try:
+            if await outcomes.cancel_stuck(pool, stage, job_id, ctx):
+                ctx.tally.stage(stage.type, cancelled=1)
+                if not stage.internal:
+                    ctx.tally.cancelled += 1
+        except Exception as exc:
+            ctx.tally.errors.append(f"cancelled({stage.type} {job_id}): {outcomes.error_text(exc)}")
+            log.warning("cancelling stuck %s job %s failed: %s", stage.type, job_id, exc)
 
 
 async def reconcile_batches(pool, stages: list[Stage], ctx: Context) -> int:

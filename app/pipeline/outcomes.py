@@ -1,12 +1,13 @@
 """How a job ends, decided in one place: done, deferred, failed with backoff, given up,
 cancelled.
 
-Every path that ends a job comes through here: the loop (what a claimed batch came to),
-the stuck sweep (a holder died on the last attempt), and the two cancels (one job, a
-batch). The endings a stage has a say in run its hook inside the transaction that writes
-them: `gave_up` when a job fails for good, `cancelled` when a job is cancelled before it
-started. A hook that raises rolls its ending back (HookFailed says which). A job that
-gives up is announced (the `job.failed` notification) from that same transaction."""
+Every path that ends a job comes through here: the loop (what a claimed batch came to, a
+cancel its run noticed included), the stuck sweep (a holder died on the last attempt, or
+left a cancel request unended), and the two cancels (one job, a batch). The endings a
+stage has a say in run its hook inside the transaction that writes them: `gave_up` when
+a job fails for good, `cancelled` when a job is cancelled. A hook that raises rolls its
+ending back (HookFailed says which). A job that gives up is announced (the `job.failed`
+notification) from that same transaction."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Iterable
 
 import asyncpg
 
-from app.engine import batches, job_admin
+from app.engine import batches, cancels, job_admin
 from app.engine import jobs as q
 from app.engine.db import retry_deadlock
 from app.engine.dependencies import save_results
@@ -74,6 +75,7 @@ class BatchEndings:
         self.done: list[uuid.UUID] = []
         self.deferred: dict[uuid.UUID, datetime] = {}
         self.failed: list[tuple[Job, str, bool]] = []  # (job, error, for good whatever its attempts)
+        self.cancelled: list[Job] = []  # a cancel the run noticed stopped them (cancel_watch.py)
         self.results: dict[uuid.UUID, str] = {}  # what done jobs' handlers returned, as JSON (results.py)
         self.stop_reason: str | None = None
 
@@ -92,6 +94,10 @@ class BatchEndings:
         else:
             self.failed.append((job, error_text(exc), isinstance(exc, FailJob)))
 
+    def cancel(self, job: Job) -> None:
+        """Stopped by a person's cancel: ends cancelled, whatever the handler was doing."""
+        self.cancelled.append(job)
+
     def defer_now(self, job: Job) -> None:
         """Not started (out of time, or the run is stopping): back to pending, attempt handed back."""
         self.deferred[job.id] = datetime.now(timezone.utc)
@@ -105,6 +111,7 @@ class Settled:
     failed: int = 0   # jobs that ended failed: no attempt left, or failed for good
     retried: int = 0  # failed attempts that will be tried again
     lost: int = 0     # endings dropped: another run had reclaimed the job
+    cancelled: int = 0  # stopped by a person's cancel (not failed: an ending of its own)
     claimed: list[Job] = field(default_factory=list)
 
 
@@ -139,7 +146,42 @@ async def settle(db, stage: Stage, endings: BatchEndings, ctx: Context, *,
             out.failed += 1
         else:
             out.retried += 1
+    for job in endings.cancelled:
+        try:
+            ended = await end_cancelled(db, stage, job, ctx)
+        except Exception as exc:
+            ctx.tally.errors.append(f"cancelled({stage.type} {job.id}): {error_text(exc)}")
+            continue
+        if ended:
+            out.cancelled += 1
+        else:
+            out.lost += 1
     return out
+
+
+async def end_cancelled(db, stage: Stage, job: Job, ctx: Context) -> bool:
+    """A job the run held, stopped by a cancel request: cancelled, with its stage's
+    `cancelled` hook, in one transaction. False when the run no longer held it. A hook
+    that raises rolls the ending back: the job stays held until its lease expires, and
+    then the stuck sweep cancels it (the request stands)."""
+    async with db.acquire() as conn, conn.transaction():
+        ended = await cancels.end_held(conn, ctx.run_id, job.id)
+        if ended is None:
+            return False
+        await _cancelled_hook(stage, ended, ctx.with_db(conn))
+        return True
+
+
+async def cancel_stuck(pool, stage: Stage, job_id: uuid.UUID, ctx: Context) -> bool:
+    """A job with a cancel request no run will end (its holder died, or it went back to
+    pending first): cancelled, with its `cancelled` hook. False when another sweep (or a
+    run that claimed it again) got it first."""
+    async with pool.acquire() as conn, conn.transaction():
+        job = await cancels.end_stuck(conn, stage.lease_terms, job_id)
+        if job is None:
+            return False
+        await _cancelled_hook(stage, job, ctx.with_db(conn))
+        return True
 
 
 async def fail(db, stage: Stage, job: Job, error: str, ctx: Context, *,
@@ -187,22 +229,33 @@ async def _give_up(conn, stage: Stage, job: Job, error: str, ctx: Context) -> No
 
 
 async def cancel_job(db, stages: Iterable[Stage], job_id: uuid.UUID, settings) -> asyncpg.Record | None:
-    """Cancel a job that has not started: failed as 'cancelled', its stage's `cancelled`
-    hook run in the same transaction. The job's row, or None when it was not pending."""
+    """Cancel an open job. A pending one is cancelled now, its stage's `cancelled` hook
+    run in the same transaction; a running one gets a cancel request, and the run that
+    holds it stops its handler and ends it (the hook runs then). The job's row as it is
+    now, or None when it had already ended."""
     async with db.acquire() as conn, conn.transaction():
         row = await job_admin.cancel_job(conn, job_id)
-        if row is not None:
+        if row is not None and row["status"] == "cancelled":
             await _cancelled(conn, stages, [Job.from_row(row)], settings)
     return row
 
 
-async def cancel_batch(db, stages: Iterable[Stage], batch_id: uuid.UUID, settings) -> tuple[bool, int]:
-    """Cancel an open batch and its jobs that have not started (each through its stage's
-    `cancelled` hook), in one transaction: (whether it was open, how many jobs it took down)."""
+@dataclass(frozen=True)
+class BatchCancel:
+    """What cancelling a batch did."""
+    was_open: bool
+    cancelled: int  # jobs that had not started, cancelled now
+    requested: int  # running jobs whose holders were asked to cancel them
+
+
+async def cancel_batch(db, stages: Iterable[Stage], batch_id: uuid.UUID, settings) -> BatchCancel:
+    """Cancel an open batch in one transaction: its jobs that have not started are
+    cancelled (each through its stage's `cancelled` hook), its running ones get a cancel
+    request for their holders."""
     async with db.acquire() as conn, conn.transaction():
-        cancelled, jobs = await batches.cancel_batch(conn, batch_id)
+        was_open, jobs, requested = await batches.cancel_batch(conn, batch_id)
         await _cancelled(conn, stages, jobs, settings)
-    return cancelled, len(jobs)
+    return BatchCancel(was_open, len(jobs), requested)
 
 
 async def _cancelled(conn, stages: Iterable[Stage], jobs: list[Job], settings) -> None:
@@ -212,11 +265,16 @@ async def _cancelled(conn, stages: Iterable[Stage], jobs: list[Job], settings) -
                   tally=Tally())
     for job in jobs:
         stage = by_type.get(job.type)
-        if stage is None or stage.cancelled is None:
-            continue
-        try:
-            await stage.cancelled(job, ctx)
-        except asyncpg.QueryCanceledError:
-            raise  # as above
-        except Exception as exc:
-            raise HookFailed("cancelled", stage, job, exc) from exc
+        if stage is not None:
+            await _cancelled_hook(stage, job, ctx)
+
+
+async def _cancelled_hook(stage: Stage, job: Job, ctx: Context) -> None:
+    if stage.cancelled is None:
+        return
+    try:
+        await stage.cancelled(job, ctx)
+    except asyncpg.QueryCanceledError:
+        raise  # as in _give_up
+    except Exception as exc:
+        raise HookFailed("cancelled", stage, job, exc) from exc

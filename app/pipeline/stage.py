@@ -99,10 +99,12 @@ class Stage:
     gave_up:        async (job, ctx) when a job fails for good (last attempt failed, or
                     its process died on it). It runs in the transaction that marks the
                     job failed (ctx.db is that connection), so a refund happens once.
-    cancelled:      async (job, ctx) when a job that had not started is cancelled (by
-                    itself or with its batch). Also in the transaction that marks it
-                    cancelled; ctx has no run (run_id None). A hook that raises (either
-                    one) rolls its ending back.
+    cancelled:      async (job, ctx) when a job is cancelled (by itself or with its
+                    batch). Also in the transaction that marks it cancelled, once. A job
+                    that had not started: ctx has no run (run_id None); a running one: its
+                    handler was stopped first (it got CancelledError, so its `finally`
+                    ran), and ctx is its run's. A hook that raises (either one) rolls its
+                    ending back.
     payload:        a pydantic model of what the stage's jobs carry; where people enqueue
                     (the API, the CLI) a payload that does not fit is refused (422).
     dedupe:         (lane, payload) -> the dedupe key of the stage's jobs that people
@@ -294,6 +296,7 @@ class Tally:
     retried: int = 0   # failed attempts that will be tried again
     deferred: int = 0
     lost: int = 0  # outcomes dropped because another run had reclaimed the job
+    cancelled: int = 0  # jobs a person's cancel stopped while the run held them (cancel_watch.py)
     second_stream_batches: int = 0  # batches the run's second claim stream took (loop.py)
     units: int = 0
     counts: dict[str, int] = field(default_factory=dict)
@@ -311,6 +314,8 @@ class Tally:
         out: dict[str, Any] = {"stages": self.stages, "counts": dict(self.counts)}
         if self.lost:
             out["lost"] = self.lost
+        if self.cancelled:
+            out["cancelled"] = self.cancelled
         if self.second_stream_batches:
             out["secondStreamBatches"] = self.second_stream_batches
         if self.errors:

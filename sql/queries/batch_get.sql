@@ -5,6 +5,7 @@ SELECT b.id, b.lane, b.status, b.created_at, b.updated_at, b.finished_at,
        count(*) FILTER (WHERE j.status = 'running')::int   AS running,
        count(*) FILTER (WHERE j.status = 'done')::int      AS done,
        count(*) FILTER (WHERE j.status = 'failed')::int    AS failed,
+       count(*) FILTER (WHERE j.status = 'cancelled')::int AS cancelled,
        sum(j.total)::bigint                                AS total,
        sum(CASE WHEN j.status = 'done' THEN coalesce(j.progress, j.total, 0)
                 ELSE coalesce(j.progress, 0) END)::bigint  AS progress

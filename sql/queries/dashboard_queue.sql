@@ -1,5 +1,5 @@
 -- The dashboard's queue, per job type: ready (pending and due), waiting (pending, not
--- yet due), running, and the done and failed of the last day, with the age in seconds of
+-- yet due), running, and the done, failed and cancelled of the last day, with the age in seconds of
 -- the oldest job that is due and waiting. Row-level security keeps a tenant to its own jobs.
 --
 -- Where the rows come from depends on :own_lanes, whether the caller reads its own lanes (a
@@ -15,7 +15,7 @@ WITH j AS (
     SELECT type, status, run_after FROM jobs WHERE NOT :own_lanes::boolean AND status IN ('pending', 'running')
     UNION ALL
     SELECT type, status, NULL FROM jobs
-    WHERE NOT :own_lanes AND status IN ('done', 'failed') AND finished_at > now() - interval '1 day'
+    WHERE NOT :own_lanes AND status IN ('done', 'failed', 'cancelled') AND finished_at > now() - interval '1 day'
     UNION ALL
     SELECT o.type, o.status, o.run_after
     FROM lanes l
@@ -32,7 +32,7 @@ WITH j AS (
         SELECT type, status FROM jobs
         WHERE lane >= l.id AND lane <= l.id
           AND lane <> '00000000-0000-0000-0000-000000000000'
-          AND status IN ('done', 'failed') AND finished_at > now() - interval '1 day'
+          AND status IN ('done', 'failed', 'cancelled') AND finished_at > now() - interval '1 day'
         OFFSET 0
     ) f
     WHERE :own_lanes
@@ -43,6 +43,7 @@ SELECT type,
        count(*) FILTER (WHERE status = 'running')::int                       AS running,
        count(*) FILTER (WHERE status = 'done')::int                          AS done,
        count(*) FILTER (WHERE status = 'failed')::int                        AS failed,
+       count(*) FILTER (WHERE status = 'cancelled')::int                     AS cancelled,
        extract(epoch FROM now() - min(run_after) FILTER (WHERE status = 'pending' AND run_after <= now()))::float8
            AS oldest_ready_seconds
 FROM j

@@ -6,10 +6,9 @@
 -- the newest is retried: the unique index on taken keys would refuse the rest.
 WITH failed AS (
     SELECT id, lane, dedupe_key, finished_at FROM jobs
-    WHERE status = 'failed'
+    WHERE (status = 'failed' OR (:cancelled AND status = 'cancelled'))
       AND (:type::text IS NULL OR type = :type)
       AND (:within_seconds::float8 IS NULL OR finished_at >= now() - make_interval(secs => :within_seconds))
-      AND (:cancelled OR last_error IS DISTINCT FROM 'cancelled')
     FOR UPDATE SKIP LOCKED
 ), picked AS (
     SELECT DISTINCT ON (f.lane, coalesce(f.dedupe_key, f.id::text)) f.id
@@ -23,7 +22,8 @@ WITH failed AS (
     ORDER BY f.lane, coalesce(f.dedupe_key, f.id::text), f.finished_at DESC
 )
 UPDATE jobs j
-SET status = 'pending', attempts = 0, run_after = now(), locked_at = NULL, finished_at = NULL
+SET status = 'pending', attempts = 0, run_after = now(), locked_at = NULL, finished_at = NULL,
+    cancel_requested_at = NULL
 FROM picked
 WHERE j.id = picked.id
 RETURNING j.id, j.type

@@ -115,6 +115,7 @@ function renderQueue(stats) {
   $("t-waiting").textContent = t.waiting;
   $("t-running").textContent = t.running;
   $("t-failed").textContent = t.failed;
+  $("t-cancelled").textContent = t.cancelled;
   $("t-done").textContent = t.done;
   $("t-oldest").textContent = age(t.oldestReadySeconds);
   fill($("queue-table").tBodies[0], stats.queue.map((q) => el("tr", { "data-type": q.type },
@@ -137,9 +138,15 @@ function renderTrouble(stats) {
       text: "Errors", onclick: () => showErrors(job.id) });
     return el("tr", { "data-job": job.id },
       el("td", {}, el("code", { title: job.id, text: short(job.id) })), el("td", { text: job.type }),
-      el("td", { text: job.status === "pending" ? `retrying ${when(job.runAfter)}` : job.status }),
+      el("td", { text: troubleState(job) }),
       num(job.attempts), el("td", { class: "err", text: job.lastError || "" }), el("td", {}, button, " ", errors));
-  }), 6, "Nothing failed.");
+  }), 6, "Nothing failed or running.");
+}
+
+function troubleState(job) {
+  if (job.status === "pending") return `retrying ${when(job.runAfter)}`;
+  if (job.status !== "running") return job.status;
+  return job.cancelRequestedAt ? "running, cancel asked" : `running since ${when(job.lockedAt)}`;
 }
 
 // Every failed attempt of one job (GET /jobs/{id}: the last 20, newest first), kept in a
@@ -200,9 +207,10 @@ async function pauseStage(button, type, paused) {
 async function act(button, jobId, action) {
   button.disabled = true;
   try {
-    await api(`/jobs/${encodeURIComponent(jobId)}/${action}`,
+    const job = await api(`/jobs/${encodeURIComponent(jobId)}/${action}`,
       { method: "POST", headers: { "Idempotency-Key": randomKey() } });
-    notice(`Job ${short(jobId)}: ${action === "retry" ? "back to pending" : "cancelled"}.`);
+    notice(`Job ${short(jobId)}: ${action === "retry" ? "back to pending"
+      : job.status === "running" ? "asked to stop; its run ends it within seconds" : "cancelled"}.`);
   } catch (err) {
     if (err.status !== 401) notice(`Job ${short(jobId)}: ${err.message}`);
   }
