@@ -38,7 +38,8 @@ router = APIRouter(tags=["dashboard"])        # tenant routes: GET /stats
 page_router = APIRouter(include_in_schema=False)  # the page and its assets: no key needed to load them
 
 STATIC = Path(__file__).resolve().parent / "static"
-ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+ASSETS = {"dashboard.js": "text/javascript", "dashboard-trends.js": "text/javascript",
+          "dashboard-batch.js": "text/javascript", "dashboard.css": "text/css"}
 # Everything from this origin; the WebSocket too ('self' covers ws: on the same host).
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'")

@@ -275,8 +275,11 @@ function renderBatches(stats) {
     const byUnits = b.total !== null && b.total > 0;
     const max = byUnits ? b.total : Math.max(1, b.jobs);
     const value = byUnits ? Math.min(b.progress || 0, b.total) : b.done + b.failed;
-    const label = `Batch ${short(b.id)}: ${value} of ${max} ${byUnits ? "units" : "jobs"}, ${b.status}`;
-    list.append(el("li", {}, el("div", { text: label }),
+    const what = `${value} of ${max} ${byUnits ? "units" : "jobs"}, ${b.status}`;
+    const label = `Batch ${short(b.id)}: ${what}`;
+    const opener = el("button", { type: "button", class: "link", title: b.id, "aria-label": `Open batch ${short(b.id)}`,
+      text: short(b.id), onclick: () => openBatch(b.id, opener) });
+    list.append(el("li", { "data-batch": b.id }, el("div", {}, opener, ` ${what}`),
       el("progress", { max, value, "aria-label": label })));
   }
 }
@@ -335,6 +338,8 @@ function render(stats) {
   renderHorizon(stats);
   renderPanels(stats);
   jobsOnStats(stats);
+  trendsOnStats(stats);
+  batchOnStats();
   document.body.dataset.statsAt = stats.at;
 }
 
@@ -613,7 +618,9 @@ async function showJob(focus) {
   if (job.batchId) {
     api(`/batches/${encodeURIComponent(job.batchId)}`).then((b) => {
       const open = (b.counts.pending || 0) + (b.counts.running || 0);
-      batch.replaceChildren(el("code", { title: b.id, text: short(b.id) }), ` ${b.status}, ${b.jobs - open} of ${b.jobs} jobs ended`);
+      const opener = el("button", { type: "button", class: "link", title: b.id, "aria-label": `Open batch ${short(b.id)}`,
+        text: short(b.id), onclick: () => openBatch(b.id, opener) });
+      batch.replaceChildren(opener, ` ${b.status}, ${b.jobs - open} of ${b.jobs} jobs ended`);
     }).catch(() => batch.replaceChildren(el("code", { title: job.batchId, text: short(job.batchId) })));
   }
   if (job.runId) {
@@ -804,6 +811,8 @@ function logout(message) {
   $("login").hidden = false;
   $("who").textContent = "";
   resetJobs();
+  resetTrends();
+  resetBatch();
   setLive("Not connected", "");
   $("login-error").textContent = message || "";
   $("key").focus();
