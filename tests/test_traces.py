@@ -5,6 +5,7 @@ database, spans caught by the SDK's InMemorySpanExporter."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -30,6 +31,7 @@ from app.engine.batches import BatchRequest, create_batch  # noqa: E402
 from app.engine.jobs import NewJob  # noqa: E402
 from app.pipeline import admission  # noqa: E402
 from app.pipeline.loop import Pipeline  # noqa: E402
+from app.pipeline.outcomes import cancel_job  # noqa: E402
 from app.settings import load_settings  # noqa: E402
 from tests import factories as f  # noqa: E402
 
@@ -123,6 +125,25 @@ async def test_a_run_is_a_span_and_each_job_a_child_with_its_outcome(pool, spans
     many = sorted(job_spans(spans, "many"), key=lambda s: s.attributes["skiplock.job.outcome"])
     assert [s.attributes["skiplock.job.outcome"] for s in many] == ["done", "retried"]
     assert many[1].status.description == "RuntimeError: the second one broke"
+
+
+async def test_a_job_cancelled_while_it_runs_says_so(pool, spans):
+    """A person's cancel, noticed by the run that holds the job (cancel_watch.py)."""
+    started, never = asyncio.Event(), asyncio.Event()
+
+    async def wait(job, ctx):
+        started.set()
+        await never.wait()
+
+    stage = Stage(type="t", handler=wait, timeout=30)
+    [job_id] = await f.jobs(pool, "t", 1)
+    run = asyncio.create_task(Pipeline(pool, [stage], SETTINGS).run("manual", budget=20))
+    await asyncio.wait_for(started.wait(), 10)
+    await cancel_job(pool, [stage], job_id, SETTINGS)
+    await asyncio.wait_for(run, 15)
+    (span,) = job_spans(spans, "t")
+    assert span.attributes["skiplock.job.outcome"] == "cancelled"
+    assert span.status.status_code is StatusCode.UNSET
 
 
 async def test_the_job_span_links_to_the_span_that_enqueued_it(pool, spans):

@@ -1,6 +1,6 @@
 """Traces, for a team that runs OpenTelemetry: a run is a span, and each job it runs a
 child span with the job's type, lane, attempt and outcome (done, retried, failed,
-deferred: docs/queue.md#words), a failure's error recorded on it. A job's span links to
+deferred, cancelled: docs/queue.md#words), a failure's error recorded on it. A job's span links to
 the span that enqueued it (the trace context stored with the job, app/engine/trace_context.py).
 
 A link, not a parent: the enqueuing request ended long before the job ran (seconds, or
@@ -121,6 +121,8 @@ def _outcome(out: BatchEndings, stage: Stage, job: Job, done: set | None) -> tup
     job has attempts left (fail.sql's rule), else `failed`."""
     if job.id in out.deferred:
         return "deferred", None
+    if any(cancelled.id == job.id for cancelled in out.cancelled):
+        return "cancelled", None  # a person's cancel stopped it: no error of the job's
     for failed, error, for_good in reversed(out.failed):
         if failed.id == job.id:
             return ("failed" if for_good or job.attempts >= stage.max_attempts else "retried"), error
