@@ -107,6 +107,27 @@ function fill(tbody, rows, columns, emptyText) {
   for (const row of rows) tbody.append(row);
 }
 
+// A table wider than its card scrolls sideways: while it does, its region takes the focus
+// (named by the table's caption), so a keyboard can scroll it too. Checked after any change
+// to the board and on a resize, once a frame.
+function keyboardScroll() {
+  for (const box of document.querySelectorAll(".scroll")) {
+    if (box.scrollWidth > box.clientWidth) {
+      const caption = box.querySelector("caption");
+      box.tabIndex = 0;
+      box.setAttribute("role", "region");
+      box.setAttribute("aria-label", caption ? caption.textContent : "A table");
+    } else {
+      for (const name of ["tabindex", "role", "aria-label"]) box.removeAttribute(name);
+    }
+  }
+}
+
+let scrollCheck = null;
+function keyboardScrollSoon() {
+  if (scrollCheck === null) scrollCheck = requestAnimationFrame(() => { scrollCheck = null; keyboardScroll(); });
+}
+
 function num(value) { return el("td", { class: "num", text: value === null || value === undefined ? "–" : value }); }
 
 function renderQueue(stats) {
@@ -829,6 +850,9 @@ document.addEventListener("DOMContentLoaded", () => {
     }
   });
   $("logout").addEventListener("click", () => logout(""));
+  new MutationObserver(keyboardScrollSoon).observe($("board"), { childList: true, subtree: true, attributes: true,
+    attributeFilter: ["hidden"] });
+  window.addEventListener("resize", keyboardScrollSoon);
   $("refresh").addEventListener("click", () => refreshSoon(0));
   wireJobs();
   const kept = sessionStorage.getItem(KEY_ITEM);
