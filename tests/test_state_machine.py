@@ -18,7 +18,11 @@ invariants the code relies on (docs/invariants.md):
   says truthfully whether the lane has work due, ranking copied from lanes;
 - every lane with open work has its lanes row;
 - a claim takes only claimable jobs, never comes back empty while one is claimable;
-- after a reconcile no open batch has all its children finished.
+- after a reconcile no open batch has all its children finished;
+- a job enqueued after others is waiting (never claimed, holding its dedupe key) until its
+  last parent is done, then pending; a parent that fails for good or is cancelled cancels
+  it, and its own dependents in turn, unless it runs anyway; a parent that is gone is
+  refused.
 
 Each rule is one call of a named query (sql/queries/), so a change to the queue's SQL is
 tested here whatever Python calls it. Shrunk failures are kept as plain tests below."""
@@ -89,6 +93,15 @@ class Queue:
         rows = self.fetch("enqueue", **args)
         return (rows[0]["id"], True) if rows else None
 
+    def enqueue_after(self, type_, lane, key, window, parents, run_anyway):
+        """The new job's id, None for a no-op, or "refused" (a parent that does not exist)."""
+        try:
+            rows = self.fetch("enqueue_after", type=type_, payload={}, dedupe_key=key, lane=lane, run_after=None,
+                              trace_context=None, unique_for=window, parents=parents, run_anyway=run_anyway)
+        except asyncpg.ForeignKeyViolationError:
+            return "refused"
+        return rows[0]["id"] if rows else None
+
     def claim(self, type_, run, limit, done=(), back=(), until=None):
         """claim.sql as the hot loop calls it: the previous batch's endings (`done`, and
         `back` handed back until `until`) written in the same statement. Returns the
@@ -138,17 +151,24 @@ class ModelJob:
     holder: uuid.UUID | None = None
     due: bool = True
     expired: bool = False   # running, and its lease has run out
-    cancel_asked: bool = False  # a cancel was asked for while it was open
     window: bool = False    # its key stays taken for WINDOW after it ends
     window_over: bool = False  # it ended longer than WINDOW ago (a rule moved its end back)
+    parents: frozenset = frozenset()  # the jobs it waits for
+    run_anyway: bool = False
+    left: int = 0  # its parents that have not ended, while it is waiting
+    cancel_asked: bool = False  # a cancel was asked for while it was open
 
     @property
     def open(self) -> bool:
         return self.status in OPEN
 
     @property
+    def ended(self) -> bool:
+        return self.status in ("done", "failed", "cancelled")
+
+    @property
     def holds_key(self) -> bool:
-        return self.key is not None and (self.open or (self.window and not self.window_over))
+        return self.key is not None and (not self.ended or (self.window and not self.window_over))
 
 
 def now() -> datetime:
@@ -219,6 +239,49 @@ class JobMachine(RuleBasedStateMachine):
         assert got is None, "an enqueue of a held dedupe key is a no-op"
         return None
 
+    @rule(target=jobs_b, type_=st.sampled_from(sorted(MAX_ATTEMPTS)), lane=st.integers(0, 2),
+          key=st.sampled_from(KEYS), window=st.booleans(), first=jobs_b, second=jobs_b, run_anyway=st.booleans())
+    def enqueue_after(self, type_, lane, key, window, first, second, run_anyway):
+        parents = {p for p in (first, second) if p is not None}
+        if not parents:
+            return None
+        lane_id = self.lanes[lane]
+        got = self.q.enqueue_after(type_, lane_id, key, WINDOW if window else None, sorted(parents), run_anyway)
+        if not parents <= set(self.jobs):  # a parent pruned away
+            assert got == "refused", "a job waiting for a job that is gone"
+            return None
+        assert got != "refused"
+        statuses = [self.jobs[p].status for p in parents]
+        left = sum(s in ("pending", "running", "waiting") for s in statuses)
+        if not run_anyway and any(s in ("failed", "cancelled") for s in statuses):
+            born = "cancelled"  # ended at once: it takes its key only for a window
+        else:
+            born = "waiting" if left else "pending"
+        holder = next((i for i, j in self.jobs.items() if j.lane == lane_id and j.key == key and j.holds_key), None)
+        if holder is not None and (born != "cancelled" or window):
+            assert got is None, "an enqueue of a held dedupe key is a no-op"
+            return None
+        assert got is not None
+        self.jobs[got] = ModelJob(type_, lane_id, key, None, status=born, window=window,
+                                  parents=frozenset(parents), run_anyway=run_anyway, left=left)
+        self.seq[got] = len(self.seq)
+        return got
+
+    def _ended(self, parent_id):
+        """A job ended: its waiting dependents count it (done, or they run anyway: pending
+        after the last), or are cancelled, which ends them in turn."""
+        parent = self.jobs[parent_id]
+        for child_id, c in list(self.jobs.items()):
+            if c.status != "waiting" or parent_id not in c.parents:
+                continue
+            if parent.status == "done" or c.run_anyway:
+                c.left -= 1
+                if c.left == 0:
+                    c.status = "pending"
+            else:
+                c.status = "cancelled"
+                self._ended(child_id)
+
     @rule(type_=st.sampled_from(sorted(MAX_ATTEMPTS)), run=st.integers(0, 2), limit=st.integers(1, 4),
           later=st.booleans(), data=st.data())
     def claim(self, type_, run, limit, later, data):
@@ -240,6 +303,7 @@ class JobMachine(RuleBasedStateMachine):
             self.held[run_id].discard(job_id)
         for job_id in done_now:
             self.jobs[job_id].status, self.jobs[job_id].holder = "done", None
+            self._ended(job_id)
         for job_id in back_now:
             self._hand_back(job_id, later)
         assert set(got) <= claimable, ("claimed a job that was not claimable", [
@@ -294,6 +358,7 @@ class JobMachine(RuleBasedStateMachine):
         if expected:
             j = self.jobs[job_id]
             j.status, j.holder = "done", None
+            self._ended(job_id)
 
     @rule(run=st.integers(0, 2), for_good=st.booleans(), data=st.data())
     def fail(self, run, for_good, data):
@@ -309,6 +374,8 @@ class JobMachine(RuleBasedStateMachine):
             gives_up = for_good or j.attempts >= MAX_ATTEMPTS[j.type]
             j.status, j.holder, j.due = ("failed" if gives_up else "pending"), None, False
             assert rows[0]["status"] == j.status
+            if gives_up:
+                self._ended(job_id)
 
     @rule(run=st.integers(0, 2), later=st.booleans(), data=st.data())
     def defer(self, run, later, data):
@@ -338,6 +405,7 @@ class JobMachine(RuleBasedStateMachine):
             j.cancel_asked = True
             if j.status == "pending":
                 j.status, j.holder = "cancelled", None
+                self._ended(job_id)
             assert rows[0]["status"] == j.status  # a running job keeps running: its holder ends it
 
     @rule(data=st.data())
@@ -356,6 +424,7 @@ class JobMachine(RuleBasedStateMachine):
         if expected:
             self.held[run_id].discard(job_id)
             self.jobs[job_id].status, self.jobs[job_id].holder = "cancelled", None
+            self._ended(job_id)
 
     @rule(job_id=jobs_b)
     def retry(self, job_id):
@@ -415,10 +484,12 @@ class JobMachine(RuleBasedStateMachine):
         assert set(candidates) == stuck and set(failed) == stuck
         for job_id in cancelled:
             self.jobs[job_id].status, self.jobs[job_id].holder = "cancelled", None
+            self._ended(job_id)
             for held in self.held.values():
                 held.discard(job_id)
         for job_id in failed:
             self.jobs[job_id].status, self.jobs[job_id].holder = "failed", None
+            self._ended(job_id)
 
     @rule()
     def reconcile(self):
@@ -427,10 +498,10 @@ class JobMachine(RuleBasedStateMachine):
             children = [j for j in self.jobs.values() if j.batch == batch]
             if status not in OPEN or not children:
                 continue
-            finished = sum(not j.open for j in children)
+            finished = sum(j.ended for j in children)
             failed = sum(j.status == "failed" for j in children)
             cancelled = sum(j.status == "cancelled" for j in children)
-            not_started = sum(j.status == "pending" and j.attempts == 0 for j in children)
+            not_started = sum(j.status in ("pending", "waiting") and j.attempts == 0 for j in children)
             if finished < len(children):
                 status = "running" if not_started < len(children) else "pending"
             elif cancelled:
@@ -446,7 +517,7 @@ class JobMachine(RuleBasedStateMachine):
         self.q.sql("UPDATE jobs SET finished_at = now() - interval '1 hour' "
                    "WHERE lane = ANY($1) AND status IN ('done', 'failed', 'cancelled')", self.lanes)
         self.q.fetch("prune_finished", retention_hours=0, limit=1000)
-        for job_id in [i for i, j in self.jobs.items() if not j.open]:
+        for job_id in [i for i, j in self.jobs.items() if j.ended]:
             del self.jobs[job_id]
 
     @rule(lane=st.integers(0, 2), paused=st.booleans())
@@ -469,11 +540,11 @@ class JobMachine(RuleBasedStateMachine):
             if r["status"] == "running":
                 assert r["run_id"] == j.holder
         open_keys = [(r["lane"], r["dedupe_key"]) for r in rows
-                     if r["status"] in OPEN and r["dedupe_key"] is not None]
+                     if r["status"] in (*OPEN, "waiting") and r["dedupe_key"] is not None]
         assert len(open_keys) == len(set(open_keys)), "two open jobs share a dedupe key in one lane"
         held = [(r["lane"], r["dedupe_key"]) for r in self.q.sql(
             "SELECT lane, dedupe_key FROM jobs WHERE lane = ANY($1) AND dedupe_key IS NOT NULL "
-            "AND (status IN ('pending', 'running') OR (unique_for IS NOT NULL "
+            "AND (status IN ('pending', 'running', 'waiting') OR (unique_for IS NOT NULL "
             "     AND unique_released IS DISTINCT FROM finished_at AND finished_at + unique_for > now()))",
             self.lanes)]
         assert len(held) == len(set(held)), "two jobs hold one dedupe key in one lane"
@@ -496,7 +567,7 @@ class JobMachine(RuleBasedStateMachine):
         rows = self.q.sql("SELECT id FROM batches b WHERE id = ANY($1) AND status IN ('pending', 'running') "
                           "AND EXISTS (SELECT 1 FROM jobs j WHERE j.batch_id = b.id) "
                           "AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.batch_id = b.id "
-                          "                AND j.status IN ('pending', 'running'))", list(self.batch_status))
+                          "                AND j.status IN ('pending', 'running', 'waiting'))", list(self.batch_status))
         # allowed between a child's ending and the next reconcile; the model knows which
         for r in rows:
             assert self.batch_status[r["id"]] in OPEN
