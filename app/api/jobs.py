@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from app.api.cache import CACHED, cached_json, forget
 from app.api.deps import JOB_TYPES_MARK, enqueueable_types, listed_types, pool_of
@@ -140,7 +140,7 @@ class JobIn(BaseModel):
         description="ids of jobs this one waits for: it is waiting (never claimed) until all of them are done. "
                     "One that fails for good or is cancelled cancels this one too, unless run_anyway. Each "
                     "must be a job the key can see (422 unknown_parent otherwise)")
-    run_anyway: bool = Field(False, description="with after: run also when a job it waits for failed or was "
+    run_anyway: StrictBool = Field(False, description="with after: run also when a job it waits for failed or was "
                                                 "cancelled, instead of being cancelled with it")
 
     @field_validator("type", "dedupe_key")

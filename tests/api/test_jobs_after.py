@@ -59,6 +59,8 @@ async def test_unknown_and_foreign_parents_are_422(make_client, pool):
     assert ok.status_code == 201 and ok.json()["job"]["status"] == "waiting"
 
     assert_error(await client.post("/jobs", json={"type": "record", "run_anyway": True}), 422, "invalid_value")
+    assert_error(await client.post("/jobs", json={"type": "record", "after": [bobs["id"]], "run_anyway": 0}), 422,
+                 "invalid_request")
     assert_error(await client.post("/jobs", json={"type": "record", "after": ["nope"]}), 422, "invalid_request")
     assert_error(await client.post("/jobs", json={"type": "record", "after": [made_up] * 101}), 422,
                  "invalid_request")
