@@ -27,23 +27,18 @@ MAX_JOBS = 50
 MAX_TOTAL = 1_000_000  # units of work a job may announce (the column is an int4)
 
 
-class BatchJobIn(BaseModel):
+class BatchCallbackIn(BaseModel):
+    """A job to enqueue: its type and payload (a batch's callback as it is)."""
     model_config = ConfigDict(extra="forbid")
     type: str = Field(min_length=1, max_length=100, description="a stage's job type")
     payload: dict[str, Any] = Field(
         default_factory=dict,
         description="a JSON object: what the stage declares for its type, at most MAX_PAYLOAD_BYTES of JSON, "
                     "no NUL character anywhere")
+
+
+class BatchJobIn(BatchCallbackIn):
     total: StrictInt | None = Field(None, ge=0, le=MAX_TOTAL, description="expected units of work, for a progress bar")
-
-
-class BatchCallbackIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: str = Field(min_length=1, max_length=100, description="a stage's job type")
-    payload: dict[str, Any] = Field(
-        default_factory=dict,
-        description="a JSON object, as for the batch's jobs; the callback job's payload is this plus "
-                    "\"batch\": {\"id\", \"status\"}, the batch's final status")
 
 
 class BatchIn(BaseModel):
@@ -51,7 +46,8 @@ class BatchIn(BaseModel):
     jobs: list[BatchJobIn] = Field(min_length=1, max_length=MAX_JOBS)
     callback: BatchCallbackIn | None = Field(
         None, description="a job enqueued in the lane once, when the batch ends (completed, partially_failed, "
-                          "failed, stopped or cancelled)")
+                          "failed, stopped or cancelled); its payload is the one given plus \"batch\": {\"id\", "
+                          "\"status\"}, the batch's final status")
 
 
 class BatchCreated(BaseModel):
