@@ -58,11 +58,12 @@ function barChart(points, parts, label, scale) {
   return { chart, top: top * scale };
 }
 
-// Lines through the points that have a value; a bucket without one breaks the line.
+// A step line per series: each bucket's value across the bucket's width (as the bars above
+// it, so they line up); a bucket without a value breaks the line.
 function lineChart(points, lines, label) {
   const { width, height, pad } = CHART;
   const top = Math.max(1e-9, ...points.flatMap((p) => lines.map(([, value]) => value(p) ?? 0)));
-  const step = (width - 2 * pad) / Math.max(1, points.length - 1);
+  const step = (width - 2 * pad) / Math.max(1, points.length);
   const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none", role: "img",
     "aria-label": label });
   for (const [name, value] of lines) {
@@ -70,7 +71,8 @@ function lineChart(points, lines, label) {
     points.forEach((p, i) => {
       const v = value(p);
       if (v === null || v === undefined) { drawing = false; return; }
-      d += `${drawing ? "L" : "M"}${pad + i * step} ${height - pad - (v / top) * (height - 2 * pad)} `;
+      const y = height - pad - (v / top) * (height - 2 * pad);
+      d += `${drawing ? `V${y}` : `M${pad + i * step} ${y}`} H${pad + (i + 1) * step} `;
       drawing = true;
     });
     if (d) chart.append(svg("path", { d, class: `line-${name}`, "vector-effect": "non-scaling-stroke" }));
