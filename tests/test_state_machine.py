@@ -400,10 +400,10 @@ class JobMachine(RuleBasedStateMachine):
             return
         j = self.jobs.get(job_id)
         rows = self.q.fetch("job_cancel", job_id=job_id)
-        assert bool(rows) == (j is not None and j.open)
+        assert bool(rows) == (j is not None and not j.ended)
         if rows:
             j.cancel_asked = True
-            if j.status == "pending":
+            if j.status in ("pending", "waiting"):
                 j.status, j.holder = "cancelled", None
                 self._ended(job_id)
             assert rows[0]["status"] == j.status  # a running job keeps running: its holder ends it

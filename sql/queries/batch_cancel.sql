@@ -9,12 +9,12 @@ WITH b AS (
     RETURNING id
 ), j AS (
     UPDATE jobs
-    SET status              = CASE WHEN jobs.status = 'pending' THEN 'cancelled' ELSE jobs.status END,
-        finished_at         = CASE WHEN jobs.status = 'pending' THEN now() ELSE jobs.finished_at END,
-        locked_at           = CASE WHEN jobs.status = 'pending' THEN NULL ELSE jobs.locked_at END,
+    SET status              = CASE WHEN jobs.status IN ('pending', 'waiting') THEN 'cancelled' ELSE jobs.status END,
+        finished_at         = CASE WHEN jobs.status IN ('pending', 'waiting') THEN now() ELSE jobs.finished_at END,
+        locked_at           = CASE WHEN jobs.status IN ('pending', 'waiting') THEN NULL ELSE jobs.locked_at END,
         cancel_requested_at = coalesce(jobs.cancel_requested_at, now())
     FROM b
-    WHERE jobs.batch_id = b.id AND jobs.status IN ('pending', 'running')
+    WHERE jobs.batch_id = b.id AND jobs.status IN ('pending', 'running', 'waiting')
     RETURNING jobs.id, jobs.type, jobs.status, jobs.payload, jobs.attempts, jobs.lane, jobs.run_id,
               jobs.batch_id, jobs.dedupe_key, jobs.created_at
 )

@@ -92,3 +92,15 @@ async def test_a_tenants_waiting_jobs_count_against_its_cap(make_client, pool, d
     sent = [await client.post("/jobs", json={"type": "record", "lane": str(ann.lane), "after": [parent["id"]]},
                               headers=ann.headers) for _ in range(4)]
     assert [r.status_code for r in sent] == [201, 201, 201, 429]
+
+
+async def test_cancelling_a_waiting_job_cancels_what_waits_for_it(make_client, pool):
+    client = await make_client(stages=[Recorder("record").stage])
+    a = (await client.post("/jobs", json={"type": "record"})).json()["job"]
+    b = (await client.post("/jobs", json={"type": "record", "after": [a["id"]]})).json()["job"]
+    c = (await client.post("/jobs", json={"type": "record", "after": [b["id"]]})).json()["job"]
+    cancelled = await client.post(f"/jobs/{b['id']}/cancel")
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["status"] == "cancelled"
+    assert [(await client.get(f"/jobs/{j['id']}")).json()["status"] for j in (a, b, c)] == ["pending", "cancelled",
+                                                                                            "cancelled"]
