@@ -75,7 +75,8 @@ async def test_progress_through_a_real_run(make_client, pool, recorder):
     created = (await client.post(f"/lanes/{c}/batches", json={"jobs": [
         {"type": "record", "total": 10}, {"type": "export", "total": 5}]})).json()
     batch = (await client.get(f"/batches/{created['batchId']}")).json()
-    assert batch["status"] == "pending" and batch["counts"] == {"pending": 2, "running": 0, "done": 0, "failed": 0}
+    assert batch["status"] == "pending" and batch["counts"] == {"pending": 2, "running": 0, "done": 0, "failed": 0,
+                                                                    "cancelled": 0}
     assert (batch["total"], batch["progress"]) == (15, 0)
     from serving_kit import AUTH
     assert (await client.post("/cron/pipeline", headers=AUTH)).status_code == 200

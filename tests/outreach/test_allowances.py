@@ -198,7 +198,8 @@ async def test_cancelling_a_batch_refunds_a_job_that_had_paid(pool):
     assert await allowances.charge_credit(pool, c, job, 10) == allowances.CHARGED
     await pool.execute("UPDATE jobs SET attempts = 1 WHERE id = $1", job)
     # the refund is the draft stage's cancelled hook
-    assert await cancel_batch(pool, STAGES, out.batch_id, settings()) == (True, 1)
+    done = await cancel_batch(pool, STAGES, out.batch_id, settings())
+    assert (done.was_open, done.cancelled) == (True, 1)
     kinds = [r["kind"] for r in await pool.fetch("SELECT kind FROM credit_ledger WHERE job_id = $1 ORDER BY id", job)]
     assert kinds == ["charge", "refund"]
     assert (await allowances.usage_today(pool, c))["credits"] == 0
