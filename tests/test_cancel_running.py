@@ -13,7 +13,9 @@ from datetime import datetime, timedelta, timezone
 
 from app import Stage
 from app.engine import batches as b
+from app.engine.db import connect
 from app.engine import jobs as q
+from app.engine.migrate import chain
 from app.pipeline.loop import Pipeline
 from app.pipeline.maintenance import sweep_stuck
 from app.pipeline.stage import Context, Tally
@@ -230,3 +232,35 @@ async def test_retrying_a_cancelled_job_forgets_its_cancel(pool, client_for):
     sleepy.release.set()
     result = await Pipeline(pool, [sleepy.stage], settings()).run("test", budget=10)
     assert result.jobs_done == 1 and sleepy.cancelled == [(job_id, None)]  # the first cancel's hook only
+
+
+async def test_migration_0042_moves_todays_cancels_to_their_own_status(new_database):
+    """Cancels written before 0042 (failed, last_error 'cancelled', or 'cancelled with its
+    batch') become cancelled, and their ended batch stopped; a real failure stays failed."""
+    db = await connect(await new_database())
+    try:
+        steps = chain([])
+        for version, sql in steps:
+            if version >= "0042":
+                break
+            await db.execute(sql)
+        await db.execute("INSERT INTO lanes (id) VALUES ('00000000-0000-0000-0000-000000000000') "
+                         "ON CONFLICT DO NOTHING")
+        batch = await db.fetchval("INSERT INTO batches (lane, status, finished_at) "
+                                  "VALUES ('00000000-0000-0000-0000-000000000000', 'partially_failed', now()) "
+                                  "RETURNING id")
+        ids = {}
+        for name, error, in_batch, status in [("one", "cancelled", False, "failed"),
+                                              ("member", "cancelled with its batch", True, "failed"),
+                                              ("sibling", None, True, "done"), ("boom", "boom", False, "failed")]:
+            ids[name] = await db.fetchval(
+                "INSERT INTO jobs (type, status, last_error, batch_id, finished_at) "
+                "VALUES ('t', $1, $2, $3, now()) RETURNING id", status, error, batch if in_batch else None)
+        for version, sql in steps:
+            if version >= "0042":
+                await db.execute(sql)
+        statuses = {name: await db.fetchval("SELECT status FROM jobs WHERE id = $1", i) for name, i in ids.items()}
+        assert statuses == {"one": "cancelled", "member": "cancelled", "sibling": "done", "boom": "failed"}
+        assert await db.fetchval("SELECT status FROM batches WHERE id = $1", batch) == "stopped"
+    finally:
+        await db.close()
