@@ -201,7 +201,7 @@ async def test_unknown_and_bad_parameters_on_list_routes_are_400(make_client, ro
 
 
 @pytest.mark.parametrize("url, says", [
-    ("/jobs?status=cancelled", "pending, running, done, failed"),
+    ("/jobs?status=canceled", "pending, running, done, failed, cancelled"),
     ("/jobs?status=", "pending"),
     ("/jobs?type=nope", "record"),
     ("/jobs?lane=12", "UUID"),

@@ -217,7 +217,7 @@ async def test_audit_records_who_changed_what(client, pool, two_tenants):
     assert ("jobs", "UPDATE", str(a.pending_job)) in by_table
     assert {(r["actor_kind"], r["actor_id"]) for r in rows} == {("user", str(a.user_id))}
     cancel = next(r for r in rows if r["row_id"] == str(a.pending_job))
-    assert (cancel["old_row"]["status"], cancel["new_row"]["status"]) == ("pending", "failed")
+    assert (cancel["old_row"]["status"], cancel["new_row"]["status"]) == ("pending", "cancelled")
 
     # the pipeline's own work is not audited
     before = len(rows)
