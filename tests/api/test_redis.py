@@ -137,7 +137,7 @@ async def test_reads_are_cached_briefly_and_writes_drop_the_job(make_client, dsn
     assert fresh.headers["x-cache"] == "miss" and fresh.json()["payload"] == {"changed": True}
     await client.post(f"/jobs/{job['id']}/cancel")
     after = await client.get(f"/jobs/{job['id']}")
-    assert after.headers["x-cache"] == "miss" and after.json()["status"] == "failed"
+    assert after.headers["x-cache"] == "miss" and after.json()["status"] == "cancelled"
     listed = [await client.get("/jobs?limit=5") for _ in range(2)]
     assert [r.headers["x-cache"] for r in listed] == ["miss", "hit"]
     assert listed[0].json() == listed[1].json()
