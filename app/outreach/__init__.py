@@ -9,7 +9,8 @@ drafts appear while its crawl is still going rather than after it.
   extract  pull contacts out of fetched pages (a batch handler)
   draft    a first message to each contact; one plan credit each, refunded if it gives up
            or is cancelled
-  brief    fetch the campaign's home page, keep what it says, start the crawl
+  brief    fetch the campaign's home page, keep what it says (the crawl of that page
+           waits for it)
   crawl    fetch one page, store it, queue its extract and its unseen same-site links
 
 Bring your own with PIPELINE_STAGES=yourpackage.module:STAGES: a list of Stage,

@@ -1,5 +1,6 @@
 """Adding a campaign starts the example pipeline for it: the campaign row, its owner
-(created on the asked plan when new) and the first job, `brief`, in one transaction.
+(created on the asked plan when new) and its first jobs, `brief` and the crawl of its home
+page waiting for the brief, in one transaction.
 What the CLI's `campaign add`, the API's POST /campaigns and the demo seed call.
 
 An owner has one campaign per URL (after normalize_url): adding it again answers with the
@@ -14,10 +15,12 @@ from urllib.parse import urlsplit
 from app.outreach import store
 from app.engine import accounts
 from app.engine import jobs as q
+from app.engine.dependencies import enqueue_after
 from app.engine.tenancy import act_as_default
 from app.outreach.sql import statement
 from app.outreach.plans import DEFAULT_PLAN, PLANS, Plan
 from app.outreach.brief import brief_job
+from app.outreach.crawl import home_crawl_job
 from app.outreach.urls import BadUrl, normalize_url
 
 
@@ -83,10 +86,20 @@ async def add_campaign_in(conn, url: str, *, owner: str, plan: str | None = None
         created = row is not None
         if not created:  # made since we looked, by a writer that skips the lock (plain SQL)
             row = await store.campaign_by_url(conn, owner_id, url)
-    job_id = await q.enqueue(conn, brief_job(row["id"])) if created else None
+    job_id = await start_campaign(conn, row["id"], row["url"]) if created else None
     return {"id": row["id"], "name": row["name"], "url": row["url"], "status": row["status"],
             "owner": email, "plan": plan_name, "created_at": row["created_at"], "brief_job": job_id,
             "created": created}
+
+
+async def start_campaign(conn, campaign_id: uuid.UUID, url: str) -> uuid.UUID | None:
+    """Queue the campaign's brief and the crawl of its home page `url`, which waits for the
+    brief: a brief that fails for good cancels the crawl, and with it the campaign's whole
+    crawl. The brief's id; None (and nothing queued) when a brief of the campaign is open."""
+    brief_id = await q.enqueue(conn, brief_job(campaign_id))
+    if brief_id is not None:
+        await enqueue_after(conn, home_crawl_job(campaign_id, url), [brief_id])
+    return brief_id
 
 
 async def lock_owner(conn, owner_id: uuid.UUID) -> None:

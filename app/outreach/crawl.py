@@ -5,7 +5,8 @@ A page is discovered once per campaign (pages is unique per campaign and URL, an
 a new row gets a crawl job), so a page linked from everywhere is fetched once.
 
     payload: {"page_id": "...", "url": "...", "depth": 0}   (what the pipeline enqueues)
-         or: {"url": "https://..."}                          (by hand: discovered at depth 0)
+         or: {"url": "https://..."}                          (a campaign's home page, and by hand:
+                                                              discovered at depth 0)
 
 Both are scoped by the job's campaign (app/outreach/scope.py): a page id of another
 campaign fails the job for good, and so does a URL off the campaign's site (nothing is
@@ -40,10 +41,21 @@ def extract_key(page_id) -> str:
     return f"extract:{page_id}"
 
 
+def crawl_key(campaign_id, url: str) -> str:
+    """One open crawl per page (its normalised URL) of a campaign."""
+    return f"crawl:{campaign_id}:{url}"
+
+
 def crawl_job(campaign_id: uuid.UUID, page: Any) -> NewJob:
     return NewJob(type=CRAWL, lane=campaign_id,
                   payload={"page_id": str(page["id"]), "url": page["url"], "depth": page["depth"]},
-                  dedupe_key=f"crawl:{campaign_id}:{page['url']}")
+                  dedupe_key=crawl_key(campaign_id, page["url"]))
+
+
+def home_crawl_job(campaign_id: uuid.UUID, url: str) -> NewJob:
+    """The crawl of a campaign's home page by URL: the page is recorded (at depth 0) when
+    the crawl runs, so a crawl that never runs leaves no page behind."""
+    return NewJob(type=CRAWL, lane=campaign_id, payload={"url": url}, dedupe_key=crawl_key(campaign_id, url))
 
 
 async def lock_pages(conn, campaign_id: uuid.UUID) -> None:

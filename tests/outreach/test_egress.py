@@ -24,7 +24,7 @@ from app.egress import (EgressRefused, GuardedBackend, checked_addresses, embedd
                         literal_ip, literal_refusal, parse_allow_list)
 from app.engine import jobs as q
 from app.engine.jobs import NewJob
-from app.outreach.brief import brief_job
+from app.outreach.campaigns import start_campaign
 from app.outreach.web import FetchError, WebClient
 from app.pipeline.loop import Pipeline
 from app.pipeline.stage import Stage
@@ -301,10 +301,10 @@ def hostile_app(targets: list[str]) -> Starlette:
 
 async def stored_campaign(pool, owner, url: str):
     """A campaign on `url` as the database may hold it (added before the API refused such
-    URLs, or on a name that resolves to a private address), with its brief queued."""
+    URLs, or on a name that resolves to a private address), with its brief and crawl queued."""
     cid = await f.as_system(pool, "INSERT INTO campaigns (user_id, name, url) VALUES ($1, $2, $3) RETURNING id",
                             owner, url, url)
-    await q.enqueue(pool, brief_job(cid))
+    await start_campaign(pool, cid, url)
     return cid
 
 
