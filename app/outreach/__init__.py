@@ -12,6 +12,7 @@ drafts appear while its crawl is still going rather than after it.
   brief    fetch the campaign's home page, keep what it says (the crawl of that page
            waits for it)
   crawl    fetch one page, store it, queue its extract and its unseen same-site links
+  digest   once a day (cron), what each campaign did the day before
 
 Bring your own with PIPELINE_STAGES=yourpackage.module:STAGES: a list of Stage,
 earliest stage first (earlier stages win when several have work).
@@ -20,9 +21,10 @@ earliest stage first (earlier stages win when several have work).
 from app.pipeline.stage import Stage
 from app.outreach.brief import BRIEF, brief, brief_key
 from app.outreach.crawl import CRAWL, EXTRACT, crawl, crawl_gave_up, extract_key
+from app.outreach.digest import DIGEST, DIGEST_CRON, DIGEST_TZ, digest, ownerless_only
 from app.outreach.draft import DRAFT, draft, refund_draft
 from app.outreach.extract import draft_key, extract
-from app.outreach.payloads import BriefPayload, CrawlPayload, DraftPayload, ExtractPayload
+from app.outreach.payloads import BriefPayload, CrawlPayload, DigestPayload, DraftPayload, ExtractPayload
 from app.outreach.scope import contact_of_the_campaign, crawl_of_the_campaign, page_of_the_campaign
 
 # The stages ahead of crawl dedupe what people enqueue (one open job per page, contact,
@@ -39,5 +41,7 @@ BRIEF_STAGE = Stage(type=BRIEF, handler=brief, batch=2, concurrency=2, lease=120
                     payload=BriefPayload, dedupe=lambda lane, p: brief_key(lane))
 CRAWL_STAGE = Stage(type=CRAWL, handler=crawl, batch=4, concurrency=4, lease=120, timeout=60,
                     max_attempts=3, gave_up=crawl_gave_up, payload=CrawlPayload, accepts=crawl_of_the_campaign)
+DIGEST_STAGE = Stage(type=DIGEST, handler=digest, cron=DIGEST_CRON, tz=DIGEST_TZ, payload=DigestPayload,
+                     accepts=ownerless_only)
 
-STAGES = [EXTRACT_STAGE, DRAFT_STAGE, BRIEF_STAGE, CRAWL_STAGE]
+STAGES = [EXTRACT_STAGE, DRAFT_STAGE, BRIEF_STAGE, CRAWL_STAGE, DIGEST_STAGE]

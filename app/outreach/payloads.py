@@ -6,6 +6,7 @@ payload the stage could not use before it is queued.
     crawl    {"page_id"?, "url"?, "depth"?}   a known page, or a URL to discover (one of them)
     extract  {"page_id"}
     draft    {"contact_id"}
+    digest   {"period"}                  the instant the day it covers ended
 
 A crawl URL is an http(s) URL whose host is not a local name or a non-public literal
 address (unless FETCH_ALLOW_PRIVATE lists its host:port): the fetch refuses those
@@ -17,7 +18,8 @@ import re
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator, model_validator
+from pydantic import (AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator,
+                      model_validator)
 
 from app.egress import literal_refusal, parse_allow_list
 from app.outreach.urls import BadUrl, normalize_url
@@ -92,3 +94,8 @@ class DraftPayload(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={
         "examples": [{"contact_id": "8a1c2d3e-4f5a-4b6c-8d7e-9f0a1b2c3d4e"}]})
     contact_id: uuid.UUID = Field(description="the contact to write to")
+
+
+class DigestPayload(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"period": "2027-03-01T00:00:00Z"}]})
+    period: AwareDatetime = Field(description="the instant the day the digest covers ended (its period's start)")

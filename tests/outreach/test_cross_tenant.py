@@ -152,6 +152,7 @@ async def test_bobs_jobs_naming_anns_rows_change_nothing_of_hers(pool, site, bob
         ("draft", {"contact_id": str(undrafted)}, f"contact {undrafted} is not in this job's campaign"),
         ("draft", {"contact_id": str(drafted)}, f"contact {drafted} is not in this job's campaign"),
         ("brief", {}, None),  # runs, on Bob's campaign
+        ("digest", {"period": "2027-03-01T00:00:00+00:00"}, "the digest reads every campaign"),
     ]
     taken = [("brief", {})]
     # (type, payload, campaign, how the job must end): payloads naming Ann's campaign or
@@ -170,6 +171,9 @@ async def test_bobs_jobs_naming_anns_rows_change_nothing_of_hers(pool, site, bob
         ("extract", every, None, "extract jobs need a campaign"),
         ("draft", every, None, "draft jobs need a campaign"),
         ("brief", every, None, "brief jobs need a campaign"),
+        ("digest", {"period": "2027-03-01T00:00:00+00:00", "campaign_id": str(ann)}, bob,
+         "the digest reads every campaign"),
+        ("digest", every, None, "digest jobs need a period"),  # the ownerless lane is the digest's own
     ]
     attacks = [(t, p, bob, e) for t, p, e in plain] + odd
     assert {t for t, *_ in plain} == {t for t, *_ in odd} == {s.type for s in STAGES}  # every job type
@@ -210,7 +214,7 @@ async def test_bobs_jobs_naming_anns_rows_change_nothing_of_hers(pool, site, bob
             # failed for good on its first attempt: no retry can make it Ann's
             assert (job["status"], job["attempts"]) == ("failed", 1), (type_, payload)
             assert error in job["last_error"], (type_, payload, job["last_error"])
-    assert result.summary["stages"]["crawl"]["failed"] == 6 and result.jobs_failed == 15
+    assert result.summary["stages"]["crawl"]["failed"] == 6 and result.jobs_failed == 18
     # Bob's brief ran on Bob's campaign, from Bob's site
     assert await pool.fetchval("SELECT title FROM briefs WHERE campaign_id = $1", bob) == "Bob's Bikes"
 

@@ -60,7 +60,8 @@ async def test_a_tenants_flood_of_one_extract_is_one_job(api, pool):
     assert [d.status_code for d in drafts] == [201, 200, 200]
     brief = await api.post("/jobs", headers=key, json={"type": "brief", "lane": lane, "payload": {}})
     assert brief.status_code == 200 and brief.json()["job"]["dedupeKey"] == f"brief:{lane}"
-    # a crawl is the last stage (a flood of it only competes with its own lane): as before
+    # a crawl comes after every stage that feeds it (a flood of it only competes with its own
+    # lane): without a dedupe key each one is a job
     crawls = [await api.post("/jobs", headers=key, json={"type": "crawl", "lane": lane,
                                                          "payload": {"url": "https://mallory.example/a"}})
               for _ in range(2)]
