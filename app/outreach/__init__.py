@@ -20,7 +20,7 @@ earliest stage first (earlier stages win when several have work).
 
 from app.pipeline.stage import Stage
 from app.outreach.brief import BRIEF, brief, brief_key
-from app.outreach.crawl import CRAWL, EXTRACT, crawl, crawl_gave_up, extract_key
+from app.outreach.crawl import CRAWL, EXTRACT, RECRAWL_WINDOW, crawl, crawl_gave_up, extract_key
 from app.outreach.digest import DIGEST, DIGEST_CRON, DIGEST_TZ, digest, ownerless_only
 from app.outreach.draft import DRAFT, draft, refund_draft
 from app.outreach.extract import draft_key, extract
@@ -39,8 +39,11 @@ DRAFT_STAGE = Stage(type=DRAFT, handler=draft, batch=8, concurrency=4, lease=300
                     dedupe=lambda lane, p: draft_key(p["contact_id"]), accepts=contact_of_the_campaign)
 BRIEF_STAGE = Stage(type=BRIEF, handler=brief, batch=2, concurrency=2, lease=120, timeout=60,
                     payload=BriefPayload, dedupe=lambda lane, p: brief_key(lane))
+# A crawl people ask for under a dedupe key stays the answer for RECRAWL_WINDOW after it
+# ended: asking again meanwhile queues no second crawl of a page crawled once already.
 CRAWL_STAGE = Stage(type=CRAWL, handler=crawl, batch=4, concurrency=4, lease=120, timeout=60,
-                    max_attempts=3, gave_up=crawl_gave_up, payload=CrawlPayload, accepts=crawl_of_the_campaign)
+                    max_attempts=3, gave_up=crawl_gave_up, payload=CrawlPayload, accepts=crawl_of_the_campaign,
+                    unique_for=RECRAWL_WINDOW)
 DIGEST_STAGE = Stage(type=DIGEST, handler=digest, cron=DIGEST_CRON, tz=DIGEST_TZ, payload=DigestPayload,
                      accepts=ownerless_only)
 

@@ -17,6 +17,7 @@ queued, so its retry fetches the page its failed first attempt discovered.
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from app.engine import jobs as q
@@ -34,6 +35,7 @@ CRAWL = "crawl"
 EXTRACT = "extract"
 MAX_LINKS_PER_PAGE = 200
 MAX_HREFS_EXAMINED = 5 * MAX_LINKS_PER_PAGE
+RECRAWL_WINDOW = timedelta(hours=1)  # Stage.unique_for of crawls people ask for (app/outreach/__init__.py)
 
 
 def extract_key(page_id) -> str:
