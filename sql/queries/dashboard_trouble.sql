@@ -9,7 +9,7 @@
 (SELECT id, type, status, attempts, last_error, run_after, finished_at, lane, locked_at,
             cancel_requested_at FROM jobs
  WHERE NOT :own_lanes::boolean AND status = 'failed'
- ORDER BY finished_at DESC NULLS LAST
+ ORDER BY finished_at DESC  -- jobs_finished_idx's order, backwards (NULLS LAST would sort every failed job)
  LIMIT :limit)
 UNION ALL
 (SELECT id, type, status, attempts, last_error, run_after, finished_at, lane, locked_at,
