@@ -40,14 +40,14 @@ async def explain(conn, sql: str, args: tuple, *, mode: str = "force_generic_pla
     force_generic_plan is what the pools run with; force_custom_plan is the plan made for
     these very values. A plain EXPLAIN first builds (and keeps) the generic plan, so the
     Planning Time shown is what a call pays on a connection that has run it before."""
-    literals = ", ".join(literal(a) for a in args)
+    literals = f"({', '.join(literal(a) for a in args)})" if args else ""  # EXECUTE name() is an error
     tr = conn.transaction()
     await tr.start()
     try:
         await conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
         await conn.execute(f"PREPARE under_explain AS {sql}")
-        await conn.fetch(f"EXPLAIN EXECUTE under_explain({literals})")
-        rows = await conn.fetch(f"EXPLAIN ({options}) EXECUTE under_explain({literals})")
+        await conn.fetch(f"EXPLAIN EXECUTE under_explain{literals}")
+        rows = await conn.fetch(f"EXPLAIN ({options}) EXECUTE under_explain{literals}")
     finally:
         await tr.rollback()
         await conn.execute("DEALLOCATE under_explain")
