@@ -21,7 +21,9 @@ then a table on stdout and everything in bench/results/latest.json. `--only lane
 back-to-back pairs (bench/paired.py; alone: `--only paired`), and ten overlapping runs
 against both peers round by round (bench/paired_ten.py; alone: `--only paired-ten`).
 `--only floor` climbs from the bare loop's table to the pipeline step by step, to show
-where the ten-run drain's distance to it goes (bench/floor.py). Each part has a time cap; the whole run takes
+where the ten-run drain's distance to it goes (bench/floor.py). `--only dashboard` times the
+dashboard's and the API's reads at 1M jobs as an admin and two tenants (bench/dashboard.py;
+about six minutes, never part of the default run). Each part has a time cap; the whole run takes
 about four minutes here, four and a half with --peers.
 
 The horizon soak (`--only horizon`, bench/horizon.py; never part of the default run): a

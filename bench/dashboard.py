@@ -11,7 +11,7 @@ VACUUM ANALYZE and a CHECKPOINT.
 
 Each read goes through the real app (create_app, httpx.ASGITransport: the API key, the
 tenant transaction, row-level security, the JSON), as an admin and as two tenants (one
-with about 7,000 jobs, one with about 100,000), warm: a few calls first, then the
+with about 7,000 jobs, one with about 90,000), warm: a few calls first, then the
 samples. Every statement the read sent is captured (asyncpg's query logger on the app's
 pool) and run again under EXPLAIN (ANALYZE, BUFFERS) in the same tenant's transaction,
 with the generic plan the pool runs (bench/explain.py) and, for comparison, the plan made
@@ -44,7 +44,7 @@ TYPES = ("fetch", "parse", "send")
 LANES = 1_000
 TENANTS = 60            # tenant t owns lanes 10t .. 10t+9
 SMALL_TENANT = 50       # lanes 500..509: about 0.7% of the jobs
-LARGE_TENANT = 0        # lanes 0..9, the busiest: about 10%
+LARGE_TENANT = 0        # lanes 0..9, the busiest: about 9%
 BATCHES = 2_000
 RARE = "needle-5f3759df"  # in one job's last_error, a third of the way back
 
