@@ -30,7 +30,7 @@ from app.engine import queue_stats
 from app.engine import runs as run_log
 from app.engine import stages as stages_engine
 from app.engine.queries import statement
-from app.json_values import iso
+from app.json_values import iso, stage_limits_json
 from app.pipeline.maintenance import periodic_schedules
 from app.runtime import handled_types, run_json, user_stages
 
@@ -141,7 +141,7 @@ async def stats(request: Request) -> JSONResponse:
     paused = await stages_engine.paused_stages(db)
     schedules = await periodic_schedules(db, runtime.stages)
     stages = [{"type": s.type, "paused": s.type in paused, "pausedAt": iso(paused.get(s.type)),
-               "schedule": schedules.get(s.type)} for s in user_stages(runtime.stages)]
+               "schedule": schedules.get(s.type), **stage_limits_json(s)} for s in user_stages(runtime.stages)]
     unhandled = queue_stats.unhandled([{"type": q["type"], "pending": q["ready"] + q["waiting"]} for q in queue],
                                       handled_types(runtime.stages))
     return JSONResponse({

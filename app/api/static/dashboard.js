@@ -209,8 +209,20 @@ function renderStages(stats) {
       : null;
     return el("tr", { "data-stage": stage.type }, el("th", { scope: "row", text: stage.type }),
       el("td", { text: stage.paused ? `paused since ${when(stage.pausedAt)}` : "running" }),
-      scheduleCell(stage.schedule), el("td", {}, button || "–"));
-  }), 4, "No stages are loaded here.");
+      scheduleCell(stage.schedule), el("td", { text: limitsText(stage) }), el("td", {}, button || "–"));
+  }), 5, "No stages are loaded here.");
+}
+
+// a stage's limits across every run (GET /stages' globalConcurrency, rate, limitBy), in a few words
+function limitsText(stage) {
+  const parts = [];
+  if (stage.globalConcurrency !== null && stage.globalConcurrency !== undefined) parts.push(`${stage.globalConcurrency} at once`);
+  if (stage.rate) {
+    const per = stage.rate.perSeconds;  // a window may be a fraction of a second: age() would round it
+    parts.push(`${stage.rate.starts} starts per ${per < 120 ? `${Number(per.toFixed(3))} s` : age(per)}`);
+  }
+  if (!parts.length) return "–";
+  return stage.limitBy ? `${parts.join(", ")}, per ${stage.limitBy}` : parts.join(", ");
 }
 
 async function pauseStage(button, type, paused) {
@@ -283,9 +295,29 @@ function renderRuns(stats) {
 }
 
 function renderLanes(stats) {
-  fill($("lanes-table").tBodies[0], stats.lanes.map((lane) => el("tr", {},
-    el("td", {}, el("code", { title: lane.lane, text: short(lane.lane) })), num(lane.pending), num(lane.running),
-    num(lane.priority), el("td", { text: lane.paused ? "paused" : "" }))), 5, "No open work in any lane.");
+  fill($("lanes-table").tBodies[0], stats.lanes.map((lane) => {
+    const action = lane.paused ? "Resume" : "Pause";
+    // a lane's pause is the operator's (PATCH /lanes/{id} refuses a tenant's key)
+    const button = stats.admin
+      ? el("button", { type: "button", class: lane.paused ? "" : "secondary", "aria-label": `${action} lane ${short(lane.lane)}`,
+        text: action, onclick: () => pauseLane(button, lane.lane, !lane.paused) })
+      : null;
+    return el("tr", { "data-lane": lane.lane },
+      el("td", {}, el("code", { title: lane.lane, text: short(lane.lane) })), num(lane.pending), num(lane.running),
+      num(lane.priority), el("td", { text: lane.paused ? "paused" : "" }), el("td", {}, button || "–"));
+  }), 6, "No open work in any lane.");
+}
+
+async function pauseLane(button, lane, paused) {
+  button.disabled = true;
+  try {
+    await api(`/lanes/${encodeURIComponent(lane)}`, { method: "PATCH", body: JSON.stringify({ paused }),
+      headers: { "Content-Type": "application/json" } });
+    notice(`Lane ${short(lane)}: ${paused ? "paused" : "resumed"}.`);
+  } catch (err) {
+    if (err.status !== 401) notice(`Lane ${short(lane)}: ${err.message}`);
+  }
+  refreshSoon(0);
 }
 
 function renderBatches(stats) {
