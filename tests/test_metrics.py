@@ -141,10 +141,13 @@ async def test_metrics_are_the_databases_own_counts(dsn, pool, admin_key):
     assert get("skiplock_runs_in_progress", trigger="worker") == 1
 
     assert {k[1] for k in m if k[0] == "skiplock_jobs_total"} == {
-        (("outcome", o), ("type", t)) for t in endings for o in ("done", "failed", "retried", "deferred")}
+        (("outcome", o), ("type", t)) for t in endings
+        for o in ("done", "failed", "retried", "deferred", "cancelled")}
     for type_, counts in endings.items():
         for outcome, n in counts.items():
             assert get("skiplock_jobs_total", type=type_, outcome=outcome) == n
+        # no job was cancelled here (tests/test_cancels_counted.py cancels some)
+        assert get("skiplock_jobs_total", type=type_, outcome="cancelled") == 0
     assert endings["echo"] == {"done": 15, "failed": 4, "retried": 0, "deferred": 1}
     assert endings["other"] == {"done": 2, "failed": 0, "retried": 0, "deferred": 2}
 

@@ -91,9 +91,10 @@ async def read_metrics(pool, plugins, settings, handled: list[str] | None = None
 
     ended = CounterMetricFamily(f"{PREFIX}_jobs", "job attempts ended by finished runs, by type and outcome "
                                 "(done; failed: the job ended failed; retried: a failed attempt tried again; "
-                                "deferred)", labels=["type", "outcome"])
+                                "deferred), and jobs that ended cancelled, in a run or not (cancelled)",
+                                labels=["type", "outcome"])
     for row in endings:
-        for outcome in ("done", "failed", "retried", "deferred"):
+        for outcome in ("done", "failed", "retried", "deferred", "cancelled"):
             ended.add_metric([row["type"], outcome], row[outcome] or 0)
 
     known = [h["seconds"] for h in holders if h["seconds"] is not None]
@@ -156,7 +157,7 @@ class _Families:
                        403: {"description": "an API key that is not an admin's"}})
 async def metrics(request: Request) -> Response:
     """Queue depth and oldest ready job by type, runs by trigger and stop reason, run
-    durations, job endings by type, what holds back VACUUM's horizon and for how long, the
+    durations, job endings by type (cancels too), what holds back VACUUM's horizon and for how long, the
     queue tables' dead and live row versions, and the plug-ins' gauges; read at scrape time."""
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 

@@ -70,8 +70,9 @@ async def open_runs(db) -> dict[str, int]:
 
 async def endings_by_type(db, within_seconds: float | None = None) -> list[dict]:
     """Per job type: done, failed, retried and deferred, from the finished runs'
-    summaries: of every run (the running totals), or of those started in the last
-    `within_seconds` (summed from those runs)."""
+    summaries: of every run (the running totals, with cancelled: the jobs that ended
+    cancelled, counted as they did), or of those started in the last `within_seconds`
+    (summed from those runs)."""
     if within_seconds is None:
         return [dict(r) for r in await db.fetch(*statement("metrics_jobs_by_type").bind())]
     recent = statement("metrics_jobs_by_type_recent").bind(within_seconds=float(within_seconds))
