@@ -28,8 +28,9 @@ STILL_GROWING = {
     # every claim rewrites its lanes' job_lanes rows (served, pending, head), so the
     # rows' versions pile up behind the snapshot and each claim walks them all
     "WITH done AS ( UPDATE jobs",
-    # a run's end folds the lane journal and numbers what settled: both tables are read
-    # past the rows earlier passes deleted behind the snapshot
+    # a run's end folds what the lane journal holds: it reads the journal and the settled
+    # backlog from their marks, but locks and rewrites the job_lanes (and job_lane_hours)
+    # rows of the lanes with lines, whose versions pile up as the claim's do
     "UPDATE runs SET stop_reason",
 }
 

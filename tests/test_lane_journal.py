@@ -160,3 +160,46 @@ async def test_overlapping_runs_leave_every_count_and_number_exact(pool, dsn):
         rows = await pool.fetch("SELECT seq, data FROM events WHERE room = $1 ORDER BY seq", f"lane:{lane}")
         assert [r["seq"] for r in rows] == list(range(1, len(rows) + 1))
         assert sum(r["data"]["done"] for r in rows) == per_lane
+
+
+async def test_a_fold_leaves_the_lines_of_a_lane_it_cannot_take_for_the_next_one(pool, dsn):
+    """The run's fold reads the journal from its newest mark on (migration 0048). A lane whose
+    row is held when it folds keeps its lines; the fold's mark must stay below them, or no
+    later fold would look at them again and the lane's counts would stay wrong."""
+    a, b = uuid.uuid4(), uuid.uuid4()
+    await jobs(pool, "t", 3, lane=a)
+    await jobs(pool, "t", 3, lane=b)
+    run_id = await run(pool)
+    async with holding(dsn, LANE_ROW, a), holding(dsn, LANE_ROW, b):
+        await asyncio.wait_for(q.claim(pool, lease("t"), run_id, 4), NOT_WAITING)
+    assert await pool.fetchval("SELECT count(DISTINCT lane) FROM job_lane_journal") == 2
+    # a transaction that began after the lines were written holds a's row: the fold's
+    # snapshot sees every line as ended, so only the line it leaves keeps its mark back
+    async with holding(dsn, LANE_ROW, a):
+        await beat(pool, run_id, done=0, failed=0, deferred=0, units=0, summary={})
+        assert [r[0] for r in await pool.fetch("SELECT DISTINCT lane FROM job_lane_journal")] == [a]
+    await beat(pool, run_id, done=0, failed=0, deferred=0, units=0, summary={})
+    assert await pool.fetchval("SELECT count(*) FROM job_lane_journal") == 0
+    counts = await lane_counts(pool, "t")
+    assert {lane: c[0] for lane, c in counts.items()} == await true_pending(pool, "t")
+    assert {lane: c[1] for lane, c in counts.items()} == await _served_by_hours(pool, "t") == {a: 2, b: 2}
+
+
+async def test_marks_restored_from_another_cluster_mark_nothing_here(pool, dsn):
+    """A dump restored into another cluster carries marks in the old cluster's transaction
+    ids, above any the new one has given out: lines written under them are read all the
+    same, and the next fold sets marks of this cluster."""
+    lane = uuid.uuid4()
+    await jobs(pool, "t", 4, lane=lane)
+    far = "90000000000000"
+    await pool.execute("UPDATE job_lanes SET journal_from = $1::text::xid8 WHERE lane = $2", far, lane)
+    await pool.execute("INSERT INTO job_lane_journal_marks (xid) VALUES ($1::text::xid8)", far)
+    run_id = await run(pool)
+    async with holding(dsn, LANE_ROW, lane):
+        await asyncio.wait_for(q.claim(pool, lease("t"), run_id, 2), NOT_WAITING)
+    assert tuple(await pool.fetchrow("SELECT pending, served FROM job_lane_counts WHERE lane = $1", lane)) == (2, 2)
+    await beat(pool, run_id, done=0, failed=0, deferred=0, units=0, summary={})
+    assert await pool.fetchval("SELECT count(*) FROM job_lane_journal") == 0
+    assert (await lane_counts(pool, "t"))[lane] == (2, 2)
+    assert await pool.fetchval("SELECT journal_from < $1::text::xid8 FROM job_lanes WHERE lane = $2", far, lane)
+    assert await pool.fetchval("SELECT max(xid) < $1::text::xid8 FROM job_lane_journal_marks", far)

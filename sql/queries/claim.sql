@@ -80,15 +80,17 @@ WITH done AS (
     -- claims of its size overlap on the same lanes; it is also what tells the planner
     -- that a few lanes are read, not all of them.
     SELECT l.lane, l.pending,
-           -- what claims in flight took and left in the journal counts as served too
+           -- what claims in flight took and left in the journal counts as served too; the
+           -- lines before the lane's journal_from are folded (and gone), so the sum starts there
            l.served + coalesce((SELECT sum(n.served) FROM job_lane_journal n
-                                WHERE n.type = l.type AND n.lane = l.lane), 0) AS served,
+                                WHERE n.type = l.type AND n.lane = l.lane
+                                  AND n.xid >= mark_or_start(l.journal_from)), 0) AS served,
            l.priority, h.created_at AS head_at, h.id AS head_id, l.live_from,
            -- the lane's stale jobs come first in its order: counted once here, not for
            -- each of the lane's slots below (up to :limit each)
            (SELECT count(*) FROM stale s WHERE s.lane = l.lane) AS stale_n
     FROM (
-        SELECT l.type, l.lane, l.pending, l.served, l.priority,
+        SELECT l.type, l.lane, l.pending, l.served, l.priority, l.journal_from,
                coalesce(l.head_at, '-infinity') AS live_from
         FROM job_lanes l
         WHERE l.type = :type AND l.pending > 0 AND NOT l.paused AND l.ready_at <= now()

@@ -34,7 +34,8 @@ WITH held AS (
 ), lanes_in_order AS (
     SELECT l.lane, l.priority, coalesce(l.head_at, '-infinity') AS live_from,
            l.served + coalesce((SELECT sum(n.served) FROM job_lane_journal n
-                                WHERE n.type = l.type AND n.lane = l.lane), 0) AS served
+                                WHERE n.type = l.type AND n.lane = l.lane
+                                  AND n.xid >= mark_or_start(l.journal_from)), 0) AS served
     FROM job_lanes l
     WHERE l.type = :type AND l.pending > 0 AND NOT l.paused AND l.ready_at <= now()
       AND NOT EXISTS (SELECT 1 FROM paused_stages p WHERE p.type = :type)

@@ -111,6 +111,45 @@ async def test_overlapping_passes_count_each_parked_row_once(pool):
         assert sum(e["data"]["batches"] for e in events) == 300
 
 
+PARK = ("INSERT INTO settled_backlog (lanes, types, run_ids, done, failed, retrying, deferred) "
+        "VALUES (ARRAY[$1::uuid], '{t}', '{NULL}', '{1}', '{0}', '{0}', '{0}')")
+
+
+async def test_a_pass_leaves_the_rows_another_holds_for_the_next_pass(pool, dsn):
+    """A pass reads the backlog from the newest mark on (migration 0048). The rows another
+    pass holds are left to it; if it gives them up, the mark must still be below them, or
+    no pass would number them."""
+    held, free = uuid.uuid4(), uuid.uuid4()
+    await pool.execute(PARK, held)
+    # a pass that began after the row was parked holds it
+    holder = await asyncpg.connect(dsn)
+    try:
+        await holder.execute("BEGIN")
+        await holder.execute("SELECT 1 FROM settled_backlog WHERE $1 = ANY (lanes) FOR UPDATE", held)
+        await pool.execute(PARK, free)
+        assert await store.number_settled(pool) == 1                    # the free lane's
+        await holder.execute("ROLLBACK")
+    finally:
+        await holder.close()
+    assert await store.number_settled(pool) == 1                        # the row it gave up
+    assert await pool.fetchval("SELECT count(*) FROM settled_backlog") == 0
+    for lane in (held, free):
+        assert [r["data"]["done"] for r in await pool.fetch(
+            "SELECT data FROM events WHERE room = $1", f"lane:{lane}")] == [1]
+
+
+async def test_a_mark_restored_from_another_cluster_marks_nothing_here(pool):
+    """A dump restored into another cluster carries the old cluster's transaction ids: a mark
+    above any this cluster has given out would hide every row parked here."""
+    far = "90000000000000"
+    await pool.execute("INSERT INTO settled_backlog_marks (xid) VALUES ($1::text::xid8)", far)
+    lane = uuid.uuid4()
+    await pool.execute(PARK, lane)
+    assert await store.number_settled(pool) == 1
+    assert await pool.fetchval("SELECT count(*) FROM settled_backlog") == 0
+    assert await pool.fetchval("SELECT max(xid) < $1::text::xid8 FROM settled_backlog_marks", far)
+
+
 SETTLE_ELSEWHERE = """
 import asyncio, sys, uuid, asyncpg
 async def main():
