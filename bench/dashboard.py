@@ -14,8 +14,9 @@ tenant transaction, row-level security, the JSON), as an admin and as two tenant
 with about 7,000 jobs, one with about 90,000), warm: a few calls first, then the
 samples. Every statement the read sent is captured (asyncpg's query logger on the app's
 pool) and run again under EXPLAIN (ANALYZE, BUFFERS) in the same tenant's transaction,
-with the generic plan the pool runs (bench/explain.py) and, for comparison, the plan made
-for the values: the buffers are the sum over the read's statements. A read's "database"
+with the plan the app runs (the pool's generic plan, or one made for the values after the
+read asked for that, as GET /jobs does: plan_for_values.sql) and, for comparison, the plan
+made for the values: the buffers are the sum over the read's statements. A read's "database"
 time is how long the driver waited for its statements' answers."""
 
 from __future__ import annotations
@@ -263,22 +264,29 @@ def _names() -> dict[str, str]:
 
 # Not the read's own: the key's lookup and the tenant transaction's set-up.
 SKIPPED = ("api_key_lookup", "act_as_tenant", "act_as", "act_as_default")
+# Statements that switch the plans the read's next statements get (None: from the args).
+MODE = {"plan_for_values": "force_custom_plan", "plan_cache_mode_set": None}
 
 
 async def _explain(pool, actor: Actor, seen: list[tuple[str, tuple]], names: dict[str, str]) -> list[dict]:
     out = []
+    mode = "force_generic_plan"  # the pool's, until the read asks for plans made for the values
     async with pool.acquire() as conn:
         for sql, args in seen:
             name = names.get(sql, sql.strip().split("\n")[0][:60])
+            if name in MODE:
+                mode = MODE[name] or str(args[0])
+                continue
             if name in SKIPPED or "pg_advisory_unlock_all" in sql or not sql.lstrip().upper().startswith(("SELECT", "WITH", "(", "--")):
                 continue
             tr = conn.transaction()
             await tr.start()
             try:
                 await enter_tenant(conn, actor)
-                # the generic plan, as the app's pool runs it; and, for comparison, the plan
-                # made for these very values
-                plan = await explain(conn, sql, args, options="ANALYZE, BUFFERS, FORMAT JSON")
+                # the plan the app runs (the pool's generic plan, or one made for the values
+                # where the read asked: GET /jobs); and, for comparison, the plan made for
+                # these very values
+                plan = await explain(conn, sql, args, mode=mode, options="ANALYZE, BUFFERS, FORMAT JSON")
                 custom = await explain(conn, sql, args, mode="force_custom_plan",
                                        options="ANALYZE, BUFFERS, FORMAT JSON")
             except Exception as exc:  # noqa: BLE001 - reported, the others still explained
@@ -288,7 +296,7 @@ async def _explain(pool, actor: Actor, seen: list[tuple[str, tuple]], names: dic
                 await tr.rollback()
             top, other = json.loads(plan)[0], json.loads(custom)[0]
             node = top["Plan"]
-            out.append({"statement": name, "ms": round(top["Execution Time"], 3),
+            out.append({"statement": name, "plan_cache_mode": mode, "ms": round(top["Execution Time"], 3),
                         "planning_ms": round(top.get("Planning Time", 0), 3),
                         "buffers": _buffers(node),
                         "read": node.get("Shared Read Blocks", 0), "rows": node.get("Actual Rows"),

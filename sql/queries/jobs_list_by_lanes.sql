@@ -8,6 +8,8 @@
 -- jobs. :status status, :type type, :lane lane, :batch_id batch, :since / :until created in
 -- [since, until), :error text in last_error (each optional), :after the cursor's job, :limit
 -- how many, :lanes the lanes to read (never the all-zero lane; NULL: the caller's own).
+-- Run with a plan made for the values (list_jobs): a generic one reads every job of the
+-- lanes rather than :limit of each.
 SELECT *
 FROM (
     SELECT j.*
