@@ -26,6 +26,8 @@ async def rank_lane(db, lane: uuid.UUID, priority: int | None, paused: bool | No
 
 async def busiest_lanes(db, limit: int, own_only: bool) -> list[asyncpg.Record]:
     """The `limit` lanes with the most open work (pending + running), with their ranking.
-    own_only: a tenant's, read lane by lane from its own lanes (an admin reads every
-    open job once)."""
-    return await db.fetch(*statement("dashboard_lanes").bind(limit=limit, own_only=own_only))
+    own_only: a tenant's, read lane by lane from its own lanes; else every lane's, pending
+    jobs from the lane counters (an admin's)."""
+    if own_only:
+        return await db.fetch(*statement("dashboard_lanes").bind(limit=limit))
+    return await db.fetch(*statement("dashboard_lanes_all").bind(limit=limit))

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import uuid
 
+import asyncpg
+import pytest
+
 from serving_kit import Recorder
 
 from app.engine import accounts, job_admin
@@ -121,8 +124,18 @@ async def test_an_admins_list_of_one_lane_reads_that_lane_not_the_table(make_cli
     assert entries < 100, entries
 
 
-DASHBOARD = [("dashboard_queue", {"own_lanes": True}), ("dashboard_lanes", {"limit": 10, "own_only": True}),
+DASHBOARD = [("dashboard_queue", {"own_lanes": True}), ("dashboard_lanes", {"limit": 10}),
              ("dashboard_trouble", {"limit": 10, "own_lanes": True})]
+# The busiest lanes counted from every open job, row-level security dropping the others':
+# the reference for a tenant's dashboard_lanes and an admin's dashboard_lanes_all.
+BUSIEST_COUNTED = """
+SELECT j.lane, j.pending, j.running, l.priority, coalesce(l.paused, false) AS paused, l.owner_id
+FROM (SELECT * FROM (SELECT lane, count(*) FILTER (WHERE status = 'pending')::int AS pending,
+                             count(*) FILTER (WHERE status = 'running')::int AS running
+                      FROM jobs WHERE status IN ('pending', 'running') GROUP BY lane) c
+      ORDER BY pending + running DESC, lane LIMIT $1) j
+LEFT JOIN lanes l ON l.id = j.lane
+ORDER BY j.pending + j.running DESC, j.lane"""
 
 
 async def test_a_tenants_dashboard_reads_its_own_lanes_with_the_same_answers(pool):
@@ -152,10 +165,61 @@ async def test_a_tenants_dashboard_reads_its_own_lanes_with_the_same_answers(poo
         for name, own_lanes in DASHBOARD:
             # the reference: every job, row-level security dropping bob's (the admin's branch)
             all_lanes = {k: (False if v is True else v) for k, v in own_lanes.items()}
-            everything = [dict(r) for r in await conn.fetch(*statement(name).bind(**all_lanes))]
+            everything = [dict(r) for r in (await conn.fetch(BUSIEST_COUNTED, 10) if name == "dashboard_lanes"
+                                            else await conn.fetch(*statement(name).bind(**all_lanes)))]
             own = [dict(r) for r in await conn.fetch(*statement(name).bind(**own_lanes))]
             assert own == everything and own, name
             sql, *args = statement(name).bind(**own_lanes)
             plan = await explain(conn, sql, tuple(args))
             removed = rows_filtered_away(plan)
             assert all(n < 100 for n in removed), plan  # bob's 5,000 are never read
+
+
+async def test_an_admins_busiest_lanes_from_the_counters_are_the_jobs_counted(pool):
+    """dashboard_lanes_all reads pending jobs from the lane counters: the same figures as a
+    count of every open job, the all-zero lane, ownerless lanes and running jobs included,
+    through enqueues, claims, endings and retries; a tenant may not call it."""
+    alice, alice_lanes = await _tenant(pool, "alice@a.example", 2)
+    admin = await f.tenant(pool, "root@a.example", admin=True)
+    ownerless = await f.lane(pool, None)
+    for i, lane in enumerate([*alice_lanes, ownerless, DEFAULT_LANE]):
+        await f.jobs(pool, "record", 3 + 2 * i, lane=lane)
+        await f.jobs(pool, "export", 12 - i, lane=lane)
+    await pool.execute("UPDATE jobs SET status = 'running', locked_at = now(), attempts = 1 "
+                       "WHERE id IN (SELECT id FROM jobs WHERE type = 'export' ORDER BY id LIMIT 9)")
+    await pool.execute("UPDATE jobs SET status = 'done', finished_at = now() "
+                       "WHERE id IN (SELECT id FROM jobs WHERE type = 'record' ORDER BY id DESC LIMIT 4)")
+    await pool.execute("UPDATE jobs SET status = 'pending', last_error = 'again', run_after = now() + interval '1 minute' "
+                       "WHERE id IN (SELECT id FROM jobs WHERE status = 'running' ORDER BY id LIMIT 2)")
+    actor = await accounts.authenticate(pool, admin.key)
+    async with tenant_transaction(pool, actor) as conn:
+        for limit in (2, 10):
+            got = [dict(r) for r in await conn.fetch(*statement("dashboard_lanes_all").bind(limit=limit))]
+            assert got == [dict(r) for r in await conn.fetch(BUSIEST_COUNTED, limit)] and len(got) == min(limit, 4)
+    actor = await accounts.authenticate(pool, alice)
+    async with tenant_transaction(pool, actor) as conn:
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await conn.fetch(*statement("dashboard_lanes_all").bind(limit=10))
+
+
+async def test_runs_and_the_audit_log_stay_the_operators_and_a_tenant_reads_none_of_them(pool):
+    """The policies evaluate app_is_admin() once per statement (migration 0050): an admin
+    sees every run and audit row, a tenant none (of its own lanes' either), and the rows a
+    tenant's read passes over are dropped on the InitPlan's answer, not a call per row."""
+    alice, alice_lanes = await _tenant(pool, "alice@a.example", 1)
+    admin = await f.tenant(pool, "root@a.example", admin=True)
+    await f.jobs(pool, "record", 2, lane=alice_lanes[0])
+    for _ in range(300):
+        await f.run(pool)
+    runs, audited = await pool.fetchval("SELECT count(*) FROM runs"), await pool.fetchval("SELECT count(*) FROM audit_log")
+    assert runs >= 300 and audited > 0
+    async with tenant_transaction(pool, await accounts.authenticate(pool, admin.key)) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM runs") == runs
+        assert await conn.fetchval("SELECT count(*) FROM audit_log") >= audited
+    async with tenant_transaction(pool, await accounts.authenticate(pool, alice)) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM runs") == 0
+        assert await conn.fetchval("SELECT count(*) FROM audit_log") == 0
+        for table in ("runs", "audit_log"):
+            plan = "\n".join(r[0] for r in await conn.fetch(f"EXPLAIN (VERBOSE, COSTS OFF) SELECT * FROM {table}"))
+            assert "Filter: (InitPlan 1).col1" in plan and plan.count("app_is_admin()") == 1, plan
+            assert plan.index("app_is_admin()") > plan.index("InitPlan 1\n"), plan  # in the InitPlan alone
