@@ -361,7 +361,8 @@ async def run(server, *, n: int = 1_000_000, warmup: int = 3, samples: int = 20,
     try:
         out: dict[str, Any] = {"n": n, "method": "httpx.ASGITransport into create_app (no plug-in; stages "
                                f"{', '.join(TYPES)}), one request at a time; EXPLAIN (ANALYZE, BUFFERS) of each "
-                               "statement the read sent, in the caller's tenant transaction, generic plans",
+                               "statement the read sent, in the caller's tenant transaction, under the plan_cache_mode the read ran "
+                               "it with (the pool's generic plans; plans made for the values for GET /jobs)",
                                "warmup": warmup, "samples": samples}
         out["load"] = await load(pool, n, log)
         keys = await _keys(pool)
