@@ -223,7 +223,7 @@ class _Pgqueuer:
         finally:
             await admin.close()
         server.created.append(self.database)  # dropped by server.close() if we do not get to it
-        return server.dsn(self.database)
+        return server.plain_dsn(self.database)
 
     def command(self, dsn: str) -> tuple[list[str], dict]:
         script = Path(__file__).resolve().with_name("horizon_pgqueuer.py")

@@ -72,10 +72,13 @@ class Server:
         return self
 
     def dsn(self, database: str) -> str:
+        return in_schema(self.plain_dsn(database), "skiplock")  # the queue's schema, as the app's URLs
+
+    def plain_dsn(self, database: str) -> str:
+        """A database's URL with no schema named: a peer's, which makes its tables where it likes."""
         base, _, _ = self.admin_dsn.partition("?")
         head, _, _ = base.rpartition("/")
-        query = self.admin_dsn[len(base):]
-        return in_schema(f"{head}/{database}{query}", "skiplock")  # the queue's schema, as the app's URLs
+        return f"{head}/{database}{self.admin_dsn[len(base):]}"
 
     async def fresh_database(self, name: str) -> str:
         """Drop and create `name`, apply the migrations, return its DSN."""
