@@ -110,6 +110,8 @@ async def test_find_a_job_read_its_story_and_act_on_many(pool, browser, served, 
     # "all that match": the question counts what a dry run found; Back changes nothing
     await page.get_by_label("Stage", exact=True).select_option("record")
     await page.get_by_role("button", name="Find jobs").click()
+    # the filter is the one the list shows: wait for it (the retried `broken` is pending too)
+    await expect(page.locator(f'tr[data-found="{broken}"]')).to_have_count(0, timeout=5_000)
     await page.get_by_role("button", name="Cancel all that match").click()
     await expect(page.locator("#bulk-question")).to_have_text("Cancel 55 pending jobs that match this filter?")
     await page.get_by_role("button", name="Back").click()
