@@ -52,7 +52,7 @@ class StageOut(BaseModel):
     paused: bool = Field(description="true: nothing of this stage is claimed, in any lane, until it is resumed")
     pausedAt: datetime | None
     schedule: ScheduleOut | None = Field(description="a periodic stage's schedule; null: not periodic "
-                                                     "(docs/queue.md#periodic-stages)")
+                                                     "(docs/scheduling.md#periodic-stages)")
 
 
 class StagePage(BaseModel):

@@ -1,4 +1,4 @@
--- Jobs that wait for other jobs (docs/queue.md#jobs-that-wait-for-others), a handler's
+-- Jobs that wait for other jobs (docs/scheduling.md#jobs-that-wait-for-others), a handler's
 -- result, and a batch's callback.
 --
 -- A job names its parents (jobs.parents) when it is enqueued. While any of them is open it
