@@ -25,7 +25,7 @@ WITH ended AS (
 SELECT type,
        date_bin(make_interval(secs => :bucket_seconds), finished_at, 'epoch'::timestamptz) AS bucket,
        count(*) FILTER (WHERE status = 'done')::int AS done,
-       count(*) FILTER (WHERE status = 'failed' AND last_error IS DISTINCT FROM 'cancelled')::int AS failed,
+       count(*) FILTER (WHERE status = 'failed')::int AS failed,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY wait) AS wait_p50,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY wait) AS wait_p95
 FROM (

@@ -42,7 +42,7 @@ async def test_trends_count_per_stage_and_bucket_and_keep_tenants_apart(make_cli
     await _ended(pool, a.lane, "record", "done", 10.5, 2.0, n=3)
     await _ended(pool, a.lane, "record", "done", 10.5, 40.0)
     await _ended(pool, a.lane, "record", "failed", 10.5, 4.0)
-    await pool.execute("UPDATE jobs SET status = 'failed', last_error = 'cancelled', locked_at = NULL "
+    await pool.execute("UPDATE jobs SET status = 'cancelled', locked_at = NULL "
                        "WHERE id = (SELECT id FROM jobs WHERE status = 'done' LIMIT 1)")  # a cancel: not a failure
     await _ended(pool, a.lane, "export", "done", 30.5, 1.0)
     await _ended(pool, a.lane, "record", "done", 61 * 60, 1.0)  # two days ago: outside both windows
