@@ -237,3 +237,12 @@ async def test_a_failure_cut_to_break_a_deadlock_is_written_again(dsn, pool, cap
     row = await f.job_row(pool, job_id)
     assert (row["status"], row["attempts"], row["last_error"]) == ("pending", 1, "boom")
     assert any("deadlock" in r.getMessage() and r.name == "skiplock.db" for r in caplog.records)
+
+
+async def test_no_before_update_row_trigger_on_jobs(pool):
+    """With any, PostgreSQL fetches and locks the old row of every claimed and ended job
+    before it tests the trigger's WHEN (migration 0053)."""
+    before_update = await pool.fetch(
+        "SELECT tgname FROM pg_trigger WHERE tgrelid = 'jobs'::regclass AND NOT tgisinternal "
+        "AND tgtype & 1 = 1 AND tgtype & 2 = 2 AND tgtype & 16 = 16")  # row, before, update
+    assert [r["tgname"] for r in before_update] == []

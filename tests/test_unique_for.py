@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta, timezone
 
+import asyncpg
 import pytest
 
 from app.engine import job_admin
@@ -156,6 +157,26 @@ async def test_a_retry_meets_the_window_of_another_job_with_the_key(pool):
     await end(pool, d, "done")
     retried = await pool.fetch(*statement("jobs_retry_failed").bind(type=None, within_seconds=None, cancelled=True))
     assert c not in {r["id"] for r in retried}
+    # after the window the bulk retry takes the key, d letting it go
+    await ended_ago(pool, d, HOUR + 1)
+    retried = await pool.fetch(*statement("jobs_retry_failed").bind(type=None, within_seconds=None, cancelled=True))
+    assert c in {r["id"] for r in retried}
+    assert await holder_of_key(pool, "acct:2", DEFAULT_LANE) == c
+
+
+async def test_a_plain_sql_reopen_lets_the_key_go_as_docs_scheduling_says(pool):
+    """No trigger lets the key go on an update (none runs before every claim and ending):
+    a plain-SQL reopen calls jobs_let_go_of_keys first, and without it meets the index."""
+    b = (await admit(pool)).job["id"]
+    await end(pool, b, "failed")
+    a = (await admit(pool, unique_for=HOUR)).job["id"]
+    await end(pool, a, "done")
+    await ended_ago(pool, a, HOUR + 1)
+    reopen = "UPDATE jobs SET status = 'pending', finished_at = NULL WHERE id = $1"
+    with pytest.raises(asyncpg.UniqueViolationError):
+        await pool.execute(reopen, b)
+    await pool.execute(reopen + " AND (SELECT jobs_let_go_of_keys(ARRAY[$1]::uuid[])) >= 0", b)
+    assert await holder_of_key(pool, "acct:1", DEFAULT_LANE) == b
 
 
 async def test_replace_gives_a_pending_job_the_new_payload_and_due_time(pool):

@@ -3,7 +3,9 @@
 -- finished in the last :within_seconds seconds; :cancelled cancelled jobs too (by default a cancel stands).
 -- A job whose dedupe key another job holds (an open one, waiting included, or one that
 -- ended less than its unique_for ago) stays failed, and of failed jobs sharing a key only
--- the newest is retried: the unique index on taken keys would refuse the rest.
+-- the newest is retried: the unique index on taken keys would refuse the rest. Ended jobs
+-- holding a picked job's key whose windows are over let it go first: the subquery runs
+-- once, before any row is updated (jobs_let_go_of_keys, migration 0053).
 WITH failed AS (
     SELECT id, lane, dedupe_key, finished_at FROM jobs
     WHERE (status = 'failed' OR (:cancelled AND status = 'cancelled'))
@@ -26,4 +28,5 @@ SET status = 'pending', attempts = 0, run_after = now(), locked_at = NULL, finis
     cancel_requested_at = NULL
 FROM picked
 WHERE j.id = picked.id
+  AND (SELECT jobs_let_go_of_keys(array_agg(id)) FROM picked) >= 0
 RETURNING j.id, j.type
