@@ -2,20 +2,20 @@
 -- yet due), running, and the done, failed and cancelled of the last day, with the age in seconds of
 -- the oldest job that is due and waiting. Row-level security keeps a tenant to its own jobs.
 --
--- Where the rows come from depends on :own_lanes, whether the caller reads its own lanes (a
--- tenant) or all of them (an admin); the other branch is switched off before it runs.
--- All: open jobs off the partial indexes, finished ones off jobs_finished_idx, never a
--- scan of the whole history. Own lanes: lane by lane from the caller's lanes (row-level
--- security on lanes picks them), open jobs off jobs_open_dedupe_uq and finished ones off
--- jobs_lane_list_idx, so a tenant's dashboard never reads another tenant's jobs. The
--- lane is named by a one-value range, not an equality: the planner takes an equality with
--- an unknown lane to match 1/(lanes) of the table, which on a table with few lanes made
--- a scan of every finished job look cheaper than the lane's index (300,000 read for 13).
-WITH j AS (
+-- The last day is the half hours that overlap it (from the start of the one 24 hours
+-- ago: 24 to 24.5 hours), summed from the endings' counters (migration 0052), never the
+-- jobs that ended: job_endings_by_type for an admin (every lane), job_endings lane by lane
+-- from the caller's own lanes for a tenant (row-level security on lanes picks them).
+--
+-- Open jobs, where :own_lanes (a tenant) or not (an admin) chooses the branch; the other
+-- is switched off before it runs. All: off the partial indexes of open jobs. Own lanes:
+-- lane by lane, off jobs_open_dedupe_uq, so a tenant's dashboard never reads another
+-- tenant's jobs. The lane is named by a one-value range, not an equality: the planner
+-- takes an equality with an unknown lane to match 1/(lanes) of the table, which on a
+-- table with few lanes made a scan of every finished job look cheaper than the lane's
+-- index (300,000 read for 13).
+WITH open_jobs AS (
     SELECT type, status, run_after FROM jobs WHERE NOT :own_lanes::boolean AND status IN ('pending', 'running')
-    UNION ALL
-    SELECT type, status, NULL FROM jobs
-    WHERE NOT :own_lanes AND status IN ('done', 'failed', 'cancelled') AND finished_at > now() - interval '1 day'
     UNION ALL
     SELECT o.type, o.status, o.run_after
     FROM lanes l
@@ -25,27 +25,38 @@ WITH j AS (
         OFFSET 0  -- lane by lane: not flattened into a join against every open job
     ) o
     WHERE :own_lanes
+)
+, ended AS (
+    SELECT type, done, failed, cancelled FROM job_endings_by_type
+    WHERE NOT :own_lanes AND bucket >= date_bin('30 minutes', now() - interval '1 day', 'epoch')
     UNION ALL
-    SELECT f.type, f.status, NULL
+    SELECT e.type, e.done, e.failed, e.cancelled
     FROM lanes l
     CROSS JOIN LATERAL (
-        SELECT type, status FROM jobs
+        SELECT type, done, failed, cancelled FROM job_endings
         WHERE lane >= l.id AND lane <= l.id
-          AND lane <> '00000000-0000-0000-0000-000000000000'
-          AND status IN ('done', 'failed', 'cancelled') AND finished_at > now() - interval '1 day'
+          AND bucket >= date_bin('30 minutes', now() - interval '1 day', 'epoch')
         OFFSET 0
-    ) f
+    ) e
     WHERE :own_lanes
 )
-SELECT type,
-       count(*) FILTER (WHERE status = 'pending' AND run_after <= now())::int AS ready,
-       count(*) FILTER (WHERE status = 'pending' AND run_after > now())::int  AS waiting,
-       count(*) FILTER (WHERE status = 'running')::int                       AS running,
-       count(*) FILTER (WHERE status = 'done')::int                          AS done,
-       count(*) FILTER (WHERE status = 'failed')::int                        AS failed,
-       count(*) FILTER (WHERE status = 'cancelled')::int                     AS cancelled,
-       extract(epoch FROM now() - min(run_after) FILTER (WHERE status = 'pending' AND run_after <= now()))::float8
-           AS oldest_ready_seconds
-FROM j
-GROUP BY type
+SELECT type, coalesce(o.ready, 0) AS ready, coalesce(o.waiting, 0) AS waiting, coalesce(o.running, 0) AS running,
+       coalesce(f.done, 0) AS done, coalesce(f.failed, 0) AS failed, coalesce(f.cancelled, 0) AS cancelled,
+       o.oldest_ready_seconds
+FROM (
+    SELECT type,
+           count(*) FILTER (WHERE status = 'pending' AND run_after <= now())::int AS ready,
+           count(*) FILTER (WHERE status = 'pending' AND run_after > now())::int  AS waiting,
+           count(*) FILTER (WHERE status = 'running')::int                       AS running,
+           extract(epoch FROM now() - min(run_after) FILTER (WHERE status = 'pending' AND run_after <= now()))::float8
+               AS oldest_ready_seconds
+    FROM open_jobs
+    GROUP BY type
+) o
+FULL JOIN (
+    SELECT type, sum(done)::int AS done, sum(failed)::int AS failed, sum(cancelled)::int AS cancelled
+    FROM ended
+    GROUP BY type
+    HAVING sum(done) <> 0 OR sum(failed) <> 0 OR sum(cancelled) <> 0
+) f USING (type)
 ORDER BY type

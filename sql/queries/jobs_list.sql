@@ -5,6 +5,8 @@
 -- is, walked back from the bound (never NULL), in a plan made for the values: list_jobs
 -- (app/engine/job_admin.py) asks for one. A generic plan, expecting one row to pass the
 -- seven optional filters, reads and sorts every job instead (32,529 buffers at 1M jobs).
+-- With :error the page walks jobs_error_idx back instead: only the jobs that have an error
+-- (migration 0052; `last_error IS NOT NULL` names the index's predicate).
 SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
        run_id, batch_id, lane, total, progress, created_at, finished_at
 FROM jobs
@@ -15,6 +17,6 @@ WHERE id < coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff')
   AND (:batch_id::uuid IS NULL OR batch_id = :batch_id)
   AND (:since::timestamptz IS NULL OR created_at >= :since)
   AND (:until::timestamptz IS NULL OR created_at < :until)
-  AND (:error::text IS NULL OR strpos(lower(last_error), lower(:error)) > 0)
+  AND (:error::text IS NULL OR last_error IS NOT NULL AND strpos(lower(last_error), lower(:error)) > 0)
 ORDER BY id DESC
 LIMIT :limit

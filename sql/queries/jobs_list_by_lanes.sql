@@ -8,6 +8,7 @@
 -- jobs. :status status, :type type, :lane lane, :batch_id batch, :since / :until created in
 -- [since, until), :error text in last_error (each optional), :after the cursor's job, :limit
 -- how many, :lanes the lanes to read (never the all-zero lane; NULL: the caller's own).
+-- With :error each lane is walked off jobs_error_lane_idx: only its jobs that have an error.
 -- Run with a plan made for the values (list_jobs): a generic one reads every job of the
 -- lanes rather than :limit of each.
 SELECT *
@@ -28,7 +29,7 @@ FROM (
           AND (:batch_id::uuid IS NULL OR batch_id = :batch_id)
           AND (:since::timestamptz IS NULL OR created_at >= :since)
           AND (:until::timestamptz IS NULL OR created_at < :until)
-          AND (:error::text IS NULL OR strpos(lower(last_error), lower(:error)) > 0)
+          AND (:error::text IS NULL OR last_error IS NOT NULL AND strpos(lower(last_error), lower(:error)) > 0)
         -- One lane, newest first, in the lane index's order. Were the lane named by an
         -- equality, the planner would treat it as fixed and drop it from this order, and a
         -- generic plan could then walk the primary key instead, betting (on a lane with half
@@ -48,7 +49,7 @@ FROM (
       AND (:batch_id::uuid IS NULL OR batch_id = :batch_id)
       AND (:since::timestamptz IS NULL OR created_at >= :since)
       AND (:until::timestamptz IS NULL OR created_at < :until)
-      AND (:error::text IS NULL OR strpos(lower(last_error), lower(:error)) > 0)
+      AND (:error::text IS NULL OR last_error IS NOT NULL AND strpos(lower(last_error), lower(:error)) > 0)
 ) page
 ORDER BY id DESC
 LIMIT :limit

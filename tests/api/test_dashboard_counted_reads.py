@@ -1,0 +1,173 @@
+"""The dashboard's reads that once grew with the jobs table (issue 41): /stats's queue card
+and /trends?window=day sum the endings' counters (migration 0052), the error search walks
+only jobs with an error. Their figures equal counting the jobs, through endings, retries,
+cancels and reopened jobs, for an admin and for a tenant (its own lanes only); what a call
+reads stays flat when tens of thousands more jobs end or succeed without an error."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from app.engine import accounts, job_admin
+from app.engine.jobs import DEFAULT_LANE
+from app.engine.queries import statement
+from app.engine.tenancy import tenant_transaction
+from bench.explain import explain
+from tests import factories as f
+
+# The queue card counted from the jobs (row-level security keeps a tenant's): the last day
+# is the half hours that overlap it, as dashboard_queue.sql sums them.
+QUEUE_COUNTED = """
+SELECT type,
+       count(*) FILTER (WHERE status = 'pending' AND run_after <= now())::int AS ready,
+       count(*) FILTER (WHERE status = 'pending' AND run_after > now())::int AS waiting,
+       count(*) FILTER (WHERE status = 'running')::int AS running,
+       count(*) FILTER (WHERE status = 'done' AND recent)::int AS done,
+       count(*) FILTER (WHERE status = 'failed' AND recent)::int AS failed,
+       count(*) FILTER (WHERE status = 'cancelled' AND recent)::int AS cancelled,
+       extract(epoch FROM now() - min(run_after) FILTER (WHERE status = 'pending' AND run_after <= now()))::float8
+           AS oldest_ready_seconds
+FROM (SELECT *, finished_at >= date_bin('30 minutes', now() - interval '1 day', 'epoch') AS recent FROM jobs) j
+WHERE status IN ('pending', 'running') OR recent AND status IN ('done', 'failed', 'cancelled')
+GROUP BY type
+ORDER BY type"""
+
+# A day's endings per stage and half hour, counted from the jobs, with their waits.
+TRENDS_COUNTED = """
+SELECT type, date_bin('30 minutes', finished_at, 'epoch') AS bucket,
+       count(*) FILTER (WHERE status = 'done')::int AS done, count(*) FILTER (WHERE status = 'failed')::int AS failed,
+       percentile_disc(0.5) WITHIN GROUP (ORDER BY greatest(extract(epoch FROM locked_at - run_after), 0)::float8)
+           AS wait_p50,
+       percentile_disc(0.95) WITHIN GROUP (ORDER BY greatest(extract(epoch FROM locked_at - run_after), 0)::float8)
+           AS wait_p95
+FROM jobs WHERE status IN ('done', 'failed') AND finished_at >= $1
+GROUP BY 1, 2 ORDER BY 1, 2"""
+
+
+async def _ended(pool, lane, type_, status, minutes_ago: float, waited_seconds: float, n: int = 1) -> None:
+    await pool.execute(
+        "INSERT INTO jobs (type, lane, status, attempts, finished_at, locked_at, run_after, last_error) "
+        "SELECT $1, $2, $3, 1, now() - make_interval(secs => $4), "
+        "       now() - make_interval(secs => $4 + 1), now() - make_interval(secs => $4 + 1 + $5 * g), "
+        "       CASE WHEN $3 = 'failed' THEN 'boom' END "
+        "FROM generate_series(1, $6) g", type_, lane, status, minutes_ago * 60, waited_seconds, n)
+
+
+async def _history(pool, lanes) -> None:
+    """Jobs in every state the card shows, moved the ways jobs move: claimed, ended (in a
+    batch), failed and retried, cancelled, ended long ago, reopened, ended again."""
+    for i, lane in enumerate(lanes):
+        await f.jobs(pool, "record", 6 + i, lane=lane)
+        await f.jobs(pool, "export", 4, lane=lane)
+        await _ended(pool, lane, "record", "done", 20 + i, 0.5, n=5)
+        await _ended(pool, lane, "export", "failed", 40, 3.0, n=2)
+        await _ended(pool, lane, "record", "done", 25 * 60, 1.0, n=3)  # a day and an hour ago: not counted
+        await _ended(pool, lane, "record", "cancelled", 90, 0.0)
+    await pool.execute("UPDATE jobs SET run_after = now() + interval '1 hour' "
+                       "WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' AND type = 'export' LIMIT 3)")
+    await pool.execute("UPDATE jobs SET status = 'running', locked_at = now(), attempts = 1 "
+                       "WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' AND type = 'record' ORDER BY id LIMIT 9)")
+    await pool.execute("UPDATE jobs SET status = 'done', finished_at = now() "
+                       "WHERE id IN (SELECT id FROM jobs WHERE status = 'running' ORDER BY id LIMIT 5)")
+    await pool.execute("UPDATE jobs SET status = 'failed', finished_at = now(), last_error = 'boom' "
+                       "WHERE id IN (SELECT id FROM jobs WHERE status = 'running' ORDER BY id LIMIT 2)")
+    # a retry reopens a failed job: it leaves the half hour it had failed in
+    await pool.execute("UPDATE jobs SET status = 'pending', attempts = 0, finished_at = NULL, run_after = now() "
+                       "WHERE id IN (SELECT id FROM jobs WHERE status = 'failed' ORDER BY id LIMIT 3)")
+    await pool.execute("UPDATE jobs SET status = 'cancelled', finished_at = now() "
+                       "WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' ORDER BY id DESC LIMIT 4)")
+    # an ended job changed again, ending in another half hour and wait class
+    await pool.execute("UPDATE jobs SET finished_at = now() - interval '3 hours', locked_at = now() - interval '4 hours' "
+                       "WHERE id IN (SELECT id FROM jobs WHERE status = 'done' ORDER BY id LIMIT 2)")
+
+
+async def test_the_queue_card_and_a_days_trends_equal_the_jobs_counted(pool):
+    alice = await f.tenant(pool, "alice@a.example")
+    alice_second = await f.lane(pool, alice.user_id)
+    bob = await f.tenant(pool, "bob@b.example")
+    admin = await f.tenant(pool, "root@a.example", admin=True)
+    await _history(pool, [alice.lane, alice_second, bob.lane, await f.lane(pool, None), DEFAULT_LANE])
+    since = datetime.now(timezone.utc) - timedelta(hours=24)
+    since = datetime.fromtimestamp(since.timestamp() // 1800 * 1800, timezone.utc)
+    for key, own_lanes in ((admin.key, False), (alice.key, True)):
+        actor = await accounts.authenticate(pool, key)
+        async with tenant_transaction(pool, actor) as conn:
+            card = [dict(r) for r in await conn.fetch(*statement("dashboard_queue").bind(own_lanes=own_lanes))]
+            counted = [dict(r) for r in await conn.fetch(QUEUE_COUNTED)]
+            trends = [dict(r) for r in await conn.fetch(
+                *statement("trends_jobs_counted").bind(since=since, own_lanes=own_lanes))]
+            trends_counted = [dict(r) for r in await conn.fetch(TRENDS_COUNTED, since)]
+        for row in (*card, *counted):
+            row["oldest_ready_seconds"] = row["oldest_ready_seconds"] and round(row["oldest_ready_seconds"])
+        assert card == counted and any(r["done"] and r["failed"] and r["cancelled"] for r in card), own_lanes
+        assert [(r["type"], r["bucket"], r["done"], r["failed"]) for r in trends] == \
+               [(r["type"], r["bucket"], r["done"], r["failed"]) for r in trends_counted], own_lanes
+        for got, want in zip(trends, trends_counted):
+            for p in ("wait_p50", "wait_p95"):  # a wait class's middle: within 19% of the wait
+                assert got[p] == pytest.approx(want[p], rel=0.19, abs=0.001), (p, got, want)
+    alice_card = {r["type"]: r for r in card}
+    assert alice_card["record"]["done"] < 20  # bob's and the operator's endings are not alice's
+
+
+def _buffers(plan: str) -> int:
+    """Pages the statement touched (shared hit + read), from the plan's top node."""
+    top = next(line for line in plan.splitlines() if "Buffers:" in line)
+    return sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top))
+
+
+async def _reads(pool, key, since) -> dict[str, int]:
+    """Buffers of each bounded read, for the actor of `key`, under the pool's generic plans
+    (the list: planned for its values, as list_jobs runs it)."""
+    actor = await accounts.authenticate(pool, key)
+    own_lanes = not actor.is_admin
+    reads = {"dashboard_queue": statement("dashboard_queue").bind(own_lanes=own_lanes),
+             "trends_jobs_counted": statement("trends_jobs_counted").bind(since=since, own_lanes=own_lanes)}
+    page = dict(status=None, type=None, lane=None, batch_id=None, since=None, until=None, error="rare",
+                after=None, limit=50)
+    reads["jobs_list error"] = (statement("jobs_list_by_lanes").bind(**page, lanes=None) if own_lanes
+                                else statement("jobs_list").bind(**page))
+    out = {}
+    async with tenant_transaction(pool, actor) as conn:
+        for name, (sql, *args) in reads.items():
+            mode = "force_custom_plan" if name.startswith("jobs_list") else "force_generic_plan"
+            plan = await explain(conn, sql, tuple(args), mode=mode, options="ANALYZE, BUFFERS, COSTS OFF")
+            out[name] = _buffers(plan)
+        rows = await job_admin.list_jobs(conn, job_admin.JobFilter(error="RARE"), None, 50, own_lanes=own_lanes)
+        assert [r["last_error"] for r in rows] == ["a rare error"], rows
+    return out
+
+
+async def test_the_bounded_reads_stay_flat_as_jobs_end_by_the_ten_thousand(pool):
+    """A few hundred endings today, then 60,000 more today and 100,000 last week, none with
+    an error: the queue card, a day's trends and an error search read about as much as
+    before (they read the jobs' endings, every one, before migration 0052)."""
+    alice = await f.tenant(pool, "alice@a.example")
+    admin = await f.tenant(pool, "root@a.example", admin=True)
+    other = await f.lane(pool, None)
+    for lane in (alice.lane, other):
+        await _ended(pool, lane, "record", "done", 30, 1.0, n=200)
+        await _ended(pool, lane, "record", "failed", 50, 2.0, n=20)
+    await pool.execute("UPDATE jobs SET last_error = 'a rare error' "
+                       "WHERE id = (SELECT id FROM jobs WHERE lane = $1 AND status = 'failed' ORDER BY id LIMIT 1)", alice.lane)
+    await pool.execute("ANALYZE jobs")
+    since = datetime.now(timezone.utc) - timedelta(hours=24)
+    before = {k: await _reads(pool, k, since) for k in (admin.key, alice.key)}
+    for lane in (alice.lane, other):
+        # a run's endings come in batches: many statements, as the pipeline writes them
+        for minutes in range(10, 1400, 23):
+            await _ended(pool, lane, "record", "done", minutes, 1.0, n=500)
+        await pool.execute(
+            "INSERT INTO jobs (type, lane, status, attempts, finished_at, locked_at, run_after) "
+            "SELECT 'record', $1, 'done', 1, now() - interval '5 days' - make_interval(secs => g), "
+            "now() - interval '6 days', now() - interval '6 days' FROM generate_series(1, 50000) g", lane)
+    await pool.execute("ANALYZE jobs")
+    table_pages = await pool.fetchval("SELECT relpages FROM pg_class WHERE oid = 'jobs'::regclass")
+    for key in (admin.key, alice.key):
+        after = await _reads(pool, key, since)
+        for name, buffers in after.items():
+            # the counters of each half hour gained a row per writer; the jobs' pages grew by thousands
+            assert buffers < before[key][name] + 150 and buffers < table_pages / 20, \
+                (name, before[key][name], buffers, table_pages)
