@@ -35,12 +35,10 @@ class Job:
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> "Job":
-        # only the claim returns trace_context: the handler's span is all that reads it
-        return cls(**{f: row[f] for f in _JOB_FIELDS}, trace_context=row.get("trace_context"))
-
-
-_JOB_FIELDS = ("id", "type", "payload", "attempts", "lane", "run_id", "batch_id", "dedupe_key",
-               "created_at")
+        # once per claimed job: by position, no dict of keyword arguments. Only the claim
+        # returns trace_context: the handler's span is all that reads it.
+        return cls(row["id"], row["type"], row["payload"], row["attempts"], row["lane"], row["run_id"],
+                   row["batch_id"], row["dedupe_key"], row["created_at"], row.get("trace_context"))
 _CLAIM = statement("claim")  # the hot path: translated once, here
 
 

@@ -8,17 +8,21 @@ ends the job cancelled (outcomes.end_cancelled, the stage's `cancelled` hook in 
 transaction). A batch handler's call is stopped only when every job of its batch is asked
 for: the others' work would be lost with it. Otherwise it runs on, and each job asked for
 ends cancelled unless the handler finished it. A handler that ended before the watch saw
-the request keeps its ending when it succeeded."""
+the request keeps its ending when it succeeded.
+
+The watch reads the run's live calls (the loop's map of each handler call's timer to its
+jobs, kept for stop() anyway) only when it looks: a handler call registers nothing for it."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import uuid
-from contextlib import asynccontextmanager, contextmanager
-from typing import AsyncIterator, Iterable, Iterator
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Mapping, Sequence
 
 from app.engine import cancels
+from app.engine.jobs import Job
 
 log = logging.getLogger("skiplock.pipeline")
 
@@ -26,26 +30,11 @@ CHECK_SECONDS = 1.0
 
 
 class CancelWatch:
-    def __init__(self, pool, run_id: uuid.UUID) -> None:
+    def __init__(self, pool, run_id: uuid.UUID, calls: Mapping[asyncio.Timeout, Sequence[Job]]) -> None:
         self._pool = pool
         self._run_id = run_id
-        self._call_of: dict[uuid.UUID, asyncio.Timeout] = {}  # a held job -> the timer of its call
-        self._jobs_of: dict[asyncio.Timeout, tuple[uuid.UUID, ...]] = {}
+        self._calls = calls  # the run's handler calls going now: the timer of each -> its jobs
         self._asked: set[uuid.UUID] = set()  # held jobs a cancel was seen for
-
-    @contextmanager
-    def guarding(self, job_ids: Iterable[uuid.UUID], call: asyncio.Timeout) -> Iterator[None]:
-        """While inside, the jobs' handler call (under the timer `call`) may be stopped by a cancel."""
-        ids = tuple(job_ids)
-        self._jobs_of[call] = ids
-        for job_id in ids:
-            self._call_of[job_id] = call
-        try:
-            yield
-        finally:
-            del self._jobs_of[call]
-            for job_id in ids:
-                self._call_of.pop(job_id, None)
 
     def take(self, job_id: uuid.UUID) -> bool:
         """Whether a cancel of the job was seen while its handler ran (asked once per job)."""
@@ -56,16 +45,17 @@ class CancelWatch:
 
     async def check(self) -> None:
         """Ask once which held jobs were cancelled, and stop the calls all of whose jobs were."""
-        if not self._call_of:
+        if not self._calls:
             return
         asked = await cancels.requested(self._pool, self._run_id)
+        call_of = {job.id: call for call, jobs in self._calls.items() for job in jobs}
         loop = asyncio.get_running_loop()
         for job_id in asked:
-            call = self._call_of.get(job_id)
+            call = call_of.get(job_id)
             if call is None or job_id in self._asked:
                 continue
             self._asked.add(job_id)
-            if all(j in self._asked for j in self._jobs_of[call]):
+            if all(j.id in self._asked for j in self._calls[call]):
                 call.reschedule(loop.time())
 
     @asynccontextmanager

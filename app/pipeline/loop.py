@@ -98,7 +98,9 @@ class Pipeline:
         self._backlog_stage: Stage | None = None
         self._stopping = False
         self._budget_deadline = 0.0
-        self._timeouts: set[asyncio.Timeout] = set()
+        # the handler calls going now: the timer of each (stop() shortens it) -> its jobs
+        # (the cancel watch looks them up)
+        self._calls: dict[asyncio.Timeout, list[Job]] = {}
         self._trace: RunTrace | None = None  # the run's spans; None: tracing is off
         self._watch: CancelWatch | None = None  # the run's, while it runs
         self._quiet_until: dict[str, float] = {}
@@ -114,7 +116,7 @@ class Pipeline:
         self._stopping = True
         self._budget_deadline = min(self._budget_deadline, time.monotonic())
         cutoff = asyncio.get_running_loop().time() + grace
-        for tm in self._timeouts:
+        for tm in self._calls:
             if tm.when() is None or tm.when() > cutoff:
                 tm.reschedule(cutoff)
 
@@ -153,7 +155,7 @@ class Pipeline:
         ctx = Context(db=self.pool, run_id=run_id, trigger=trigger, settings=s,
                       deadline=self._budget_deadline, tally=tally)
         stop_reason, error, database_lost = "no_work", None, False
-        self._watch = CancelWatch(self.pool, run_id)
+        self._watch = CancelWatch(self.pool, run_id, self._calls)
         async with record.beating(), self._watch.watching():
             try:
                 await start_of_run(self.pool, self.stages, ctx)
@@ -438,12 +440,16 @@ class Pipeline:
         # up to `concurrency` runners taking the jobs in order, each in a slot of its own
         # while it has jobs: a task per runner, not per job
         queue = iter(jobs)
+        trace = self._trace  # the run's: without a tracer provider, a loop with nothing else per job
 
         async def runner() -> None:
             async with self._slots.hold(stage):
+                if trace is None:
+                    for job in queue:
+                        await self._call_one(stage, job, ctx, out, hard_deadline)
+                    return
                 for job in queue:
-                    call = self._call_one(stage, job, ctx, out, hard_deadline)
-                    await (call if self._trace is None else self._trace.one(stage, job, out, call))
+                    await trace.one(stage, job, out, self._call_one(stage, job, ctx, out, hard_deadline))
         if stage.concurrency == 1 or len(jobs) == 1:
             await runner()
         else:
@@ -464,12 +470,11 @@ class Pipeline:
         tm = asyncio.timeout(limit)
         try:
             async with tm:
-                self._timeouts.add(tm)
+                self._calls[tm] = jobs
                 try:
-                    with self._watch.guarding((job.id for job in jobs), tm):
-                        result = await call
+                    result = await call
                 finally:
-                    self._timeouts.discard(tm)
+                    del self._calls[tm]
         except TimeoutError:
             raise
         except Exception as exc:

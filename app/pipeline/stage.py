@@ -349,7 +349,11 @@ class Context:
         return replace(self, db=db)
 
     def for_job(self, job: Job) -> "Context":
-        return replace(self, job=job)
+        # once per job: a copy of the fields, not replace()'s __init__ through each of them
+        ctx = object.__new__(type(self))
+        ctx.__dict__.update(self.__dict__)
+        ctx.job = job
+        return ctx
 
     async def progress(self, done: int, total: int | None = None, *, job: Job | None = None) -> None:
         """How far the job got, in units of the stage's choosing (`total`: out of how many,
