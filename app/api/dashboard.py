@@ -78,11 +78,14 @@ async def dashboard_asset(name: str, request: Request) -> FileResponse:
 
 
 def _queue_json(rows) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    queue = [{"type": r["type"], "ready": r["ready"], "waiting": r["waiting"], "running": r["running"],
+    # ready and waiting are counted up to queue_stats.OPEN_COUNT_CAP: readyMore / waitingMore, there are more
+    queue = [{"type": r["type"], "ready": r["ready"], "readyMore": r["ready_more"], "waiting": r["waiting"],
+              "waitingMore": r["waiting_more"], "running": r["running"],
               "done": r["done"], "failed": r["failed"], "cancelled": r["cancelled"],
               "oldestReadySeconds": r["oldest_ready_seconds"]}
              for r in rows]
     totals = {k: sum(q[k] for q in queue) for k in ("ready", "waiting", "running", "done", "failed", "cancelled")}
+    totals |= {k: any(q[k] for q in queue) for k in ("readyMore", "waitingMore")}
     ages = [q["oldestReadySeconds"] for q in queue if q["oldestReadySeconds"] is not None]
     totals["oldestReadySeconds"] = max(ages) if ages else None
     return queue, totals

@@ -56,11 +56,17 @@ async def run_totals(db) -> list[RunTotals]:
     return list(totals.values())
 
 
+# The queue card counts ready and waiting jobs up to this many per type; past it, "10,000+".
+OPEN_COUNT_CAP = 10_000
+
+
 async def jobs_by_type(db, own_lanes: bool) -> list[dict]:
-    """Per job type: ready, waiting, running, and the done and failed of the last day (the
-    jobs' own statuses), with the oldest ready job's wait. own_lanes: a tenant's, lane by
-    lane from its own lanes; else every job."""
-    return [dict(r) for r in await db.fetch(*statement("dashboard_queue").bind(own_lanes=own_lanes))]
+    """Per job type: ready and waiting (each at most OPEN_COUNT_CAP; ready_more and
+    waiting_more: there are more), running, and the done, failed and cancelled of the last
+    day (the half hours that overlap it, from the endings' counters), with the oldest ready
+    job's wait. own_lanes: a tenant's, lane by lane from its own lanes; else every lane."""
+    rows = await db.fetch(*statement("dashboard_queue").bind(own_lanes=own_lanes, cap=OPEN_COUNT_CAP))
+    return [dict(r) for r in rows]
 
 
 async def open_runs(db) -> dict[str, int]:

@@ -165,3 +165,28 @@ GRANT SELECT ON job_endings, job_endings_by_type TO skiplock_api;
 CREATE INDEX jobs_error_idx ON jobs (id) WHERE last_error IS NOT NULL;
 CREATE INDEX jobs_error_lane_idx ON jobs (lane, id)
     WHERE last_error IS NOT NULL AND lane <> '00000000-0000-0000-0000-000000000000' AND status <> 'running';
+
+-- The queue card's open jobs per type, counted up to a cap (dashboard_queue.sql): an
+-- admin's ready and waiting off this index, the range of the type's due (or not yet due)
+-- jobs, and the oldest due one its first entry. Partial, like jobs_wake_idx: a job writes
+-- an entry each time it becomes pending (an enqueue, a retry, a hand-back), none when it
+-- is claimed or ends. Without deduplication, as jobs_claim_idx and jobs_wake_idx are
+-- (migration 0013): a batch shares its run_after.
+CREATE INDEX jobs_due_idx ON jobs (type, run_after) WITH (deduplicate_items = off) WHERE status = 'pending';
+
+-- The job types that have pending jobs, one index probe each (a skip over jobs_due_idx),
+-- for the queue card. SECURITY DEFINER: under row-level security a tenant's probe would
+-- walk every other tenant's entries of a type to find one of its own; the names are the
+-- pipeline's stages, and the card shows a tenant only the types it has jobs of.
+CREATE FUNCTION app_pending_types() RETURNS SETOF text
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    WITH RECURSIVE t(type) AS (
+        (SELECT type FROM jobs WHERE status = 'pending' ORDER BY type LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.type FROM jobs j WHERE j.status = 'pending' AND j.type > t.type ORDER BY j.type LIMIT 1)
+        FROM t WHERE t.type IS NOT NULL
+    )
+    SELECT type FROM t WHERE type IS NOT NULL
+$$;
+REVOKE EXECUTE ON FUNCTION app_pending_types() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION app_pending_types() TO skiplock_api;

@@ -14,16 +14,20 @@ import pytest
 from app.engine import accounts, job_admin
 from app.engine.jobs import DEFAULT_LANE
 from app.engine.queries import statement
+from app.engine.queue_stats import OPEN_COUNT_CAP
 from app.engine.tenancy import tenant_transaction
 from bench.explain import explain
 from tests import factories as f
 
-# The queue card counted from the jobs (row-level security keeps a tenant's): the last day
-# is the half hours that overlap it, as dashboard_queue.sql sums them.
+# The queue card counted from the jobs (row-level security keeps a tenant's), ready and
+# waiting up to $1: the last day is the half hours that overlap it, as dashboard_queue.sql
+# sums them.
 QUEUE_COUNTED = """
 SELECT type,
-       count(*) FILTER (WHERE status = 'pending' AND run_after <= now())::int AS ready,
-       count(*) FILTER (WHERE status = 'pending' AND run_after > now())::int AS waiting,
+       least(count(*) FILTER (WHERE status = 'pending' AND run_after <= now()), $1)::int AS ready,
+       count(*) FILTER (WHERE status = 'pending' AND run_after <= now()) > $1 AS ready_more,
+       least(count(*) FILTER (WHERE status = 'pending' AND run_after > now()), $1)::int AS waiting,
+       count(*) FILTER (WHERE status = 'pending' AND run_after > now()) > $1 AS waiting_more,
        count(*) FILTER (WHERE status = 'running')::int AS running,
        count(*) FILTER (WHERE status = 'done' AND recent)::int AS done,
        count(*) FILTER (WHERE status = 'failed' AND recent)::int AS failed,
@@ -95,14 +99,16 @@ async def test_the_queue_card_and_a_days_trends_equal_the_jobs_counted(pool):
     for key, own_lanes in ((admin.key, False), (alice.key, True)):
         actor = await accounts.authenticate(pool, key)
         async with tenant_transaction(pool, actor) as conn:
-            card = [dict(r) for r in await conn.fetch(*statement("dashboard_queue").bind(own_lanes=own_lanes))]
-            counted = [dict(r) for r in await conn.fetch(QUEUE_COUNTED)]
+            for cap in (3, OPEN_COUNT_CAP):
+                card = [dict(r) for r in await conn.fetch(*statement("dashboard_queue").bind(own_lanes=own_lanes,
+                                                                                             cap=cap))]
+                counted = [dict(r) for r in await conn.fetch(QUEUE_COUNTED, cap)]
+                assert card == counted and card, (own_lanes, cap)
+                assert any(r["ready_more"] for r in card) == (cap == 3), card
             trends = [dict(r) for r in await conn.fetch(
                 *statement("trends_jobs_counted").bind(since=since, own_lanes=own_lanes))]
             trends_counted = [dict(r) for r in await conn.fetch(TRENDS_COUNTED, since)]
-        for row in (*card, *counted):
-            row["oldest_ready_seconds"] = row["oldest_ready_seconds"] and round(row["oldest_ready_seconds"])
-        assert card == counted and any(r["done"] and r["failed"] and r["cancelled"] for r in card), own_lanes
+        assert any(r["done"] and r["failed"] and r["cancelled"] and r["oldest_ready_seconds"] for r in card), card
         assert [(r["type"], r["bucket"], r["done"], r["failed"]) for r in trends] == \
                [(r["type"], r["bucket"], r["done"], r["failed"]) for r in trends_counted], own_lanes
         for got, want in zip(trends, trends_counted):
@@ -123,7 +129,7 @@ async def _reads(pool, key, since) -> dict[str, int]:
     (the list: planned for its values, as list_jobs runs it)."""
     actor = await accounts.authenticate(pool, key)
     own_lanes = not actor.is_admin
-    reads = {"dashboard_queue": statement("dashboard_queue").bind(own_lanes=own_lanes),
+    reads = {"dashboard_queue": statement("dashboard_queue").bind(own_lanes=own_lanes, cap=OPEN_COUNT_CAP),
              "trends_jobs_counted": statement("trends_jobs_counted").bind(since=since, own_lanes=own_lanes)}
     page = dict(status=None, type=None, lane=None, batch_id=None, since=None, until=None, error="rare",
                 after=None, limit=50)
@@ -171,3 +177,34 @@ async def test_the_bounded_reads_stay_flat_as_jobs_end_by_the_ten_thousand(pool)
             # the counters of each half hour gained a row per writer; the jobs' pages grew by thousands
             assert buffers < before[key][name] + 150 and buffers < table_pages / 20, \
                 (name, before[key][name], buffers, table_pages)
+
+
+async def test_the_queue_card_reads_at_most_its_cap_of_a_backlog(pool):
+    """Ready and waiting jobs are counted up to the cap: a backlog of 40,000 reads about as
+    much as one of 400 (every open job, before), for an admin and a tenant."""
+    alice = await f.tenant(pool, "alice@a.example")
+    admin = await f.tenant(pool, "root@a.example", admin=True)
+    other = await f.lane(pool, None)
+
+    async def backlog(n: int) -> None:
+        for lane in (alice.lane, other):
+            await pool.execute("INSERT INTO jobs (type, lane, run_after) "
+                               "SELECT 'record', $1, now() + make_interval(secs => (g % 2) * 3600 - 60) "
+                               "FROM generate_series(1, $2) g", lane, n)
+        await pool.execute("VACUUM ANALYZE jobs")
+
+    async def card(key) -> tuple[list[dict], int]:
+        actor = await accounts.authenticate(pool, key)
+        async with tenant_transaction(pool, actor) as conn:
+            sql, *args = statement("dashboard_queue").bind(own_lanes=not actor.is_admin, cap=100)
+            plan = await explain(conn, sql, tuple(args), options="ANALYZE, BUFFERS, COSTS OFF")
+            return [dict(r) for r in await conn.fetch(sql, *args)], _buffers(plan)
+
+    await backlog(200)
+    small = {key: await card(key) for key in (admin.key, alice.key)}
+    await backlog(20_000)
+    for key, want in ((admin.key, 20_200), (alice.key, 10_100)):
+        rows, buffers = await card(key)
+        assert [(r["ready"], r["ready_more"], r["waiting"], r["waiting_more"]) for r in rows] == [(100, True, 100, True)]
+        assert rows[0]["oldest_ready_seconds"] >= 59
+        assert buffers < small[key][1] + 60, (small[key][1], buffers, want)

@@ -125,7 +125,7 @@ async def test_an_admins_list_of_one_lane_reads_that_lane_not_the_table(make_cli
     assert entries < 100, entries
 
 
-DASHBOARD = [("dashboard_queue", {"own_lanes": True}), ("dashboard_lanes", {"limit": 10}),
+DASHBOARD = [("dashboard_queue", {"own_lanes": True, "cap": 10}), ("dashboard_lanes", {"limit": 10}),
              ("dashboard_trouble", {"limit": 10, "own_lanes": True})]
 # The busiest lanes counted from every open job, row-level security dropping the others':
 # the reference for a tenant's dashboard_lanes and an admin's dashboard_lanes_all.
@@ -167,7 +167,7 @@ async def test_a_tenants_dashboard_reads_its_own_lanes_with_the_same_answers(poo
             # the reference: every job, row-level security dropping bob's (the admin's branch;
             # the queue card's counters are the operator's: its jobs counted)
             all_lanes = {k: (False if v is True else v) for k, v in own_lanes.items()}
-            reference = {"dashboard_lanes": (BUSIEST_COUNTED, 10), "dashboard_queue": (QUEUE_COUNTED,)}.get(name)
+            reference = {"dashboard_lanes": (BUSIEST_COUNTED, 10), "dashboard_queue": (QUEUE_COUNTED, 10)}.get(name)
             everything = [dict(r) for r in (await conn.fetch(*reference) if reference
                                             else await conn.fetch(*statement(name).bind(**all_lanes)))]
             own = [dict(r) for r in await conn.fetch(*statement(name).bind(**own_lanes))]

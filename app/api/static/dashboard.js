@@ -130,17 +130,20 @@ function keyboardScrollSoon() {
 
 function num(value) { return el("td", { class: "num", text: value === null || value === undefined ? "–" : value }); }
 
+// ready and waiting are counted up to a cap (10,000 a type): past it, "10,000+"
+function capped(n, more) { return more ? `${n.toLocaleString("en")}+` : n; }
+
 function renderQueue(stats) {
   const t = stats.totals;
-  $("t-ready").textContent = t.ready;
-  $("t-waiting").textContent = t.waiting;
+  $("t-ready").textContent = capped(t.ready, t.readyMore);
+  $("t-waiting").textContent = capped(t.waiting, t.waitingMore);
   $("t-running").textContent = t.running;
   $("t-failed").textContent = t.failed;
   $("t-cancelled").textContent = t.cancelled;
   $("t-done").textContent = t.done;
   $("t-oldest").textContent = age(t.oldestReadySeconds);
   fill($("queue-table").tBodies[0], stats.queue.map((q) => el("tr", { "data-type": q.type },
-    el("th", { scope: "row", text: q.type }), num(q.ready), num(q.waiting), num(q.running), num(q.failed),
+    el("th", { scope: "row", text: q.type }), num(capped(q.ready, q.readyMore)), num(capped(q.waiting, q.waitingMore)), num(q.running), num(q.failed),
     num(q.done), el("td", { text: age(q.oldestReadySeconds) }))), 7, "No jobs: the queue is empty.");
   // jobs of a type no stage handles here wait for ever: say so, as `skiplock status` does
   const stray = stats.unhandled || [];
