@@ -58,3 +58,10 @@ def rows_filtered_away(plan: str) -> list[int]:
     """Each plan node's rows read and then dropped by a filter, from an EXPLAIN ANALYZE
     text: what an index condition would not have read."""
     return [int(n) for n in re.findall(r"Rows Removed by Filter: (\d+)", plan)]
+
+
+def buffers_touched(plan: str) -> int:
+    """Pages the statement touched (shared hit + read), from an EXPLAIN (ANALYZE, BUFFERS)
+    text's top node."""
+    top = next(line for line in plan.splitlines() if "Buffers:" in line)
+    return sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top))

@@ -6,7 +6,6 @@ reads stays flat when tens of thousands more jobs end or succeed without an erro
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -16,7 +15,7 @@ from app.engine.jobs import DEFAULT_LANE
 from app.engine.queries import statement
 from app.engine.queue_stats import OPEN_COUNT_CAP
 from app.engine.tenancy import tenant_transaction
-from bench.explain import explain
+from bench.explain import buffers_touched, explain
 from tests import factories as f
 
 # The queue card counted from the jobs (row-level security keeps a tenant's), ready and
@@ -118,12 +117,6 @@ async def test_the_queue_card_and_a_days_trends_equal_the_jobs_counted(pool):
     assert alice_card["record"]["done"] < 20  # bob's and the operator's endings are not alice's
 
 
-def _buffers(plan: str) -> int:
-    """Pages the statement touched (shared hit + read), from the plan's top node."""
-    top = next(line for line in plan.splitlines() if "Buffers:" in line)
-    return sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top))
-
-
 async def _reads(pool, key, since) -> dict[str, int]:
     """Buffers of each bounded read, for the actor of `key`, under the pool's generic plans
     (the list: planned for its values, as list_jobs runs it)."""
@@ -140,7 +133,7 @@ async def _reads(pool, key, since) -> dict[str, int]:
         for name, (sql, *args) in reads.items():
             mode = "force_custom_plan" if name.startswith("jobs_list") else "force_generic_plan"
             plan = await explain(conn, sql, tuple(args), mode=mode, options="ANALYZE, BUFFERS, COSTS OFF")
-            out[name] = _buffers(plan)
+            out[name] = buffers_touched(plan)
         rows = await job_admin.list_jobs(conn, job_admin.JobFilter(error="RARE"), None, 50, own_lanes=own_lanes)
         assert [r["last_error"] for r in rows] == ["a rare error"], rows
     return out
@@ -198,7 +191,7 @@ async def test_the_queue_card_reads_at_most_its_cap_of_a_backlog(pool):
         async with tenant_transaction(pool, actor) as conn:
             sql, *args = statement("dashboard_queue").bind(own_lanes=not actor.is_admin, cap=100)
             plan = await explain(conn, sql, tuple(args), options="ANALYZE, BUFFERS, COSTS OFF")
-            return [dict(r) for r in await conn.fetch(sql, *args)], _buffers(plan)
+            return [dict(r) for r in await conn.fetch(sql, *args)], buffers_touched(plan)
 
     await backlog(200)
     small = {key: await card(key) for key in (admin.key, alice.key)}

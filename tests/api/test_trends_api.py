@@ -5,7 +5,6 @@ the whole jobs table."""
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from app.engine import accounts
 from app.engine.queries import statement
 from app.engine.tenancy import tenant_transaction
-from bench.explain import explain, rows_filtered_away
+from bench.explain import buffers_touched, explain, rows_filtered_away
 from tests import factories as f
 
 
@@ -85,12 +84,6 @@ async def test_trends_count_per_stage_and_bucket_and_keep_tenants_apart(make_cli
         assert response.json()["error"]["code"] == code
 
 
-def _buffers(plan: str) -> int:
-    """Pages the statement touched (shared hit + read), from the plan's top node."""
-    top = next(line for line in plan.splitlines() if "Buffers:" in line)
-    return sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top))
-
-
 async def test_a_days_trends_over_200k_jobs_read_an_index_range_not_the_table(pool):
     a = await f.tenant(pool, "a@example.com")
     b = await f.tenant(pool, "b@example.com")
@@ -108,7 +101,7 @@ async def test_a_days_trends_over_200k_jobs_read_an_index_range_not_the_table(po
         sql, *args = statement("trends_jobs").bind(since=since, bucket_seconds=1800, own_lanes=False)
         plan = await explain(conn, sql, tuple(args), options="ANALYZE, BUFFERS, COSTS OFF")
     assert "jobs_finished_idx" in plan and "Seq Scan on jobs" not in plan, plan
-    assert _buffers(plan) < table_pages / 10, (table_pages, plan)  # the day's 320, not the week's 200,000
+    assert buffers_touched(plan) < table_pages / 10, (table_pages, plan)  # the day's 320, not the week's 200,000
 
     actor = await accounts.authenticate(pool, a.key)
     async with tenant_transaction(pool, actor) as conn:
@@ -117,5 +110,5 @@ async def test_a_days_trends_over_200k_jobs_read_an_index_range_not_the_table(po
         rows = await conn.fetch(sql, *args)
     assert "jobs_lane_list_idx" in plan and "Seq Scan on jobs" not in plan, plan
     assert all(n < 100 for n in rows_filtered_away(plan)), plan  # none of b's 200,300 read
-    assert _buffers(plan) < 100, plan
+    assert buffers_touched(plan) < 100, plan
     assert sum(r["done"] for r in rows) == 20
