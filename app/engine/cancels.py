@@ -6,6 +6,7 @@ pending first) is ended by the stuck sweep."""
 from __future__ import annotations
 
 import uuid
+from typing import Sequence
 
 from app.engine.jobs import Job, Lease
 from app.engine.queries import statement
@@ -23,11 +24,15 @@ async def end_held(db, run_id: uuid.UUID, job_id: uuid.UUID) -> Job | None:
     return Job.from_row(row) if row else None
 
 
-async def stuck_candidates(db, lease: Lease) -> list[uuid.UUID]:
-    """Jobs of the lease's type whose cancel request no run will end."""
+async def stuck_candidates(db, leases: Sequence[Lease]) -> dict[str, list[uuid.UUID]]:
+    """Jobs of each lease's type whose cancel request no run will end, by type (every
+    stage in one statement: a sweep looks at all of them)."""
     rows = await db.fetch(*statement("cancel_stuck_candidates").bind(
-        type=lease.type, lease_seconds=float(lease.lease_seconds)))
-    return [r["id"] for r in rows]
+        types=[lease.type for lease in leases], lease_seconds=[float(lease.lease_seconds) for lease in leases]))
+    found: dict[str, list[uuid.UUID]] = {}
+    for r in rows:
+        found.setdefault(r["type"], []).append(r["id"])
+    return found
 
 
 async def end_stuck(db, lease: Lease, job_id: uuid.UUID) -> Job | None:

@@ -8,9 +8,10 @@ happens directly at the start of every run, since a finished batch should not wa
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterable
 
 from app.engine import audit, batches, cancels, events, idempotency
 from app.engine import jobs as q
@@ -37,8 +38,9 @@ async def sweep_stuck(pool, stages: list[Stage], ctx: Context) -> int:
     run will end (its holder died, or it went back to pending first) is cancelled, not
     retried nor given up (outcomes.cancel_stuck, with its cancelled hook)."""
     swept = 0
+    asked = await cancels.stuck_candidates(pool, [stage.lease_terms for stage in stages])
     for stage in stages:
-        await _cancel_stuck(pool, stage, ctx)
+        await _cancel_stuck(pool, stage, asked.get(stage.type, ()), ctx)
         for job_id in await q.stuck_candidates(pool, stage.lease_terms):
             try:
                 if not await outcomes.give_up_stuck(pool, stage, job_id, ctx):
@@ -54,8 +56,8 @@ async def sweep_stuck(pool, stages: list[Stage], ctx: Context) -> int:
     return swept
 
 
-async def _cancel_stuck(pool, stage: Stage, ctx: Context) -> None:
-    for job_id in await cancels.stuck_candidates(pool, stage.lease_terms):
+async def _cancel_stuck(pool, stage: Stage, asked: Iterable[uuid.UUID], ctx: Context) -> None:
+    for job_id in asked:
         try:
             if await outcomes.cancel_stuck(pool, stage, job_id, ctx):
                 ctx.tally.stage(stage.type, cancelled=1)
