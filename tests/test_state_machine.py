@@ -131,7 +131,7 @@ class Queue:
 
     def sweep(self, type_):
         """The stuck sweep: cancels no run will end first, then the jobs given up."""
-        asked = [r["id"] for r in self.fetch("cancel_stuck_candidates", types=[type_], lease_seconds=[LEASE])]
+        asked = [r["id"] for r in self.fetch("cancel_stuck_candidates", types=[type_], lease_seconds=[str(LEASE)])]
         cancelled = [i for i in asked if self.fetch("cancel_stuck", job_id=i, type=type_, lease_seconds=LEASE)]
         lease = dict(type=type_, lease_seconds=LEASE, max_attempts=MAX_ATTEMPTS[type_])
         ids = [r["id"] for r in self.fetch("stuck_candidates", **lease)]

@@ -28,7 +28,7 @@ async def stuck_candidates(db, leases: Sequence[Lease]) -> dict[str, list[uuid.U
     """Jobs of each lease's type whose cancel request no run will end, by type (every
     stage in one statement: a sweep looks at all of them)."""
     rows = await db.fetch(*statement("cancel_stuck_candidates").bind(
-        types=[lease.type for lease in leases], lease_seconds=[float(lease.lease_seconds) for lease in leases]))
+        types=[lease.type for lease in leases], lease_seconds=[str(float(lease.lease_seconds)) for lease in leases]))
     found: dict[str, list[uuid.UUID]] = {}
     for r in rows:
         found.setdefault(r["type"], []).append(r["id"])
