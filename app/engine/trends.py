@@ -1,7 +1,6 @@
 """Trends: what each stage did over the last hour or day, in time buckets, and the runs
 over the same span by why they stopped. Read from what Postgres keeps already (jobs'
-finished_at, locked_at and run_after; runs rows), a day's from the endings' counters
-(half-hourly, migration 0052: its waits to within 19%, from wait classes).
+finished_at, locked_at and run_after; runs rows): nothing is written per job for it.
 
 A job counts in the bucket it ended in; its wait is its last attempt's, from due
 (run_after) to claimed (locked_at). Finished jobs are pruned after JOB_RETENTION_HOURS,
@@ -22,10 +21,9 @@ class Window:
     name: str
     bucket_seconds: int
     buckets: int
-    counted: bool  # read from the endings' counters: its buckets are their half hours
 
 
-WINDOWS = {w.name: w for w in (Window("hour", 60, 60, False), Window("day", 1800, 48, True))}
+WINDOWS = {w.name: w for w in (Window("hour", 60, 60), Window("day", 1800, 48))}
 
 
 def bucket_starts(window: Window, now: datetime) -> list[datetime]:
@@ -39,11 +37,8 @@ def bucket_starts(window: Window, now: datetime) -> list[datetime]:
 async def stage_trends(db, window: Window, starts: list[datetime], own_lanes: bool) -> list[dict[str, Any]]:
     """Per stage that ended any job in the window: a point per bucket (empty ones included),
     {at, done, failed, waitP50Seconds, waitP95Seconds}, and the window's totals."""
-    if window.counted:
-        jobs = statement("trends_jobs_counted").bind(since=starts[0], own_lanes=own_lanes)
-    else:
-        jobs = statement("trends_jobs").bind(since=starts[0], bucket_seconds=window.bucket_seconds, own_lanes=own_lanes)
-    rows = await db.fetch(*jobs)
+    rows = await db.fetch(*statement("trends_jobs").bind(since=starts[0], bucket_seconds=window.bucket_seconds,
+                                                         own_lanes=own_lanes))
     found: dict[str, dict[datetime, Any]] = {}
     for r in rows:
         found.setdefault(r["type"], {})[r["bucket"]] = r
