@@ -18,7 +18,7 @@ from app.engine.queries import statement
 from app.engine.tenancy import tenant_transaction
 from bench.explain import explain, rows_filtered_away
 from tests import factories as f
-from tests.api.test_dashboard_counted_reads import QUEUE_COUNTED
+from tests.api.test_dashboard_bounded_reads import QUEUE_COUNTED
 from tests.api.test_pagination import page_through
 
 
