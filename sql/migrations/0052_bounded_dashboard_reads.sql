@@ -1,11 +1,8 @@
 -- The dashboard's reads bounded (issue 41; docs/performance.md#dashboard-reads-at-a-million-jobs).
 --
--- The last day's endings on /stats and /trends?window=day are still read from the jobs
--- (jobs_finished_idx, bounded by the window): a counter kept by a trigger at each ending
--- was measured and left out. A statement trigger on jobs with an upsert per (half hour,
--- lane, type, wait class) added 13 to 27 us per ended job to the statement the pipeline
--- ends jobs with (its claim), one per (half hour, type, wait class) about 5 us, against
--- about 3 us of server time per job in all (docs/performance.md).
+-- The last day's endings on /stats and /trends?window=day are read from the jobs, a
+-- range of jobs_finished_idx: what a counter kept at each ending would cost per job is in
+-- docs/performance.md.
 
 -- GET /jobs's error search walks only the jobs that have an error, newest first: an
 -- admin's list by id, a lane's by lane and id (leaving out what jobs_lane_list_idx does:
