@@ -93,7 +93,8 @@ async def age_lock(db, job_id, seconds: float) -> None:
 
 
 async def lane_counts(db, type_: str) -> dict:
-    rows = await db.fetch("SELECT lane, pending, served FROM job_lanes WHERE type = $1", type_)
+    # the rows as the journal's lines count them (folded once a second, docs/queue.md)
+    rows = await db.fetch("SELECT lane, pending, served FROM job_lane_counts WHERE type = $1", type_)
     return {r["lane"]: (r["pending"], r["served"]) for r in rows}
 
 

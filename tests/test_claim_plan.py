@@ -123,7 +123,8 @@ async def test_claim_reads_a_few_lane_rows_however_many_lanes_have_work(pool):
         assert [n for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") in on] == []
         assert any(n.get("Index Name") == "job_lanes_claim_idx" for n in on["job_lanes"]), mode
         lane_rows = sum(n["Actual Rows"] * n["Actual Loops"] for n in on["job_lanes"])
-        assert lane_rows < 100, f"{mode}: the claim read {lane_rows} of {LANES_WITH_WORK:,} lane rows"
+        # the first 4 x 25 + 32 in the last fold's order, weighed with what claims took since
+        assert lane_rows <= 4 * 25 + 32, f"{mode}: the claim read {lane_rows} of {LANES_WITH_WORK:,} lane rows"
         # one probe of jobs per lane taken and one per lane's quota: none for the 2,000
         # lanes ahead whose work is deferred (passed over on the index entry)
         probes = sum(n["Actual Loops"] for n in on["jobs"] if n.get("Index Name") == "jobs_claim_idx")

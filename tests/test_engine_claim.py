@@ -155,15 +155,29 @@ async def test_lane_counters_follow_every_transition(pool):
 
 
 async def test_served_counts_older_than_a_day_expire(pool):
+    """A lane's served counts live in its row for the current hour and in job_lane_hours for
+    the hours that have passed; both are forgotten after a day."""
     owner = await f.user(pool)
     c = await f.lane(pool, owner)
-    await f.jobs(pool, "t", 2, lane=c)
-    await q.claim(pool, f.lease(), await f.run(pool), 2)
+    await f.jobs(pool, "t", 3, lane=c)
+    run_id = await f.run(pool)
+    await q.claim(pool, f.lease(), run_id, 2)
+    await pool.execute("SELECT job_lanes_fold()")
     assert (await f.lane_counts(pool, "t"))[c][1] == 2
-    await pool.execute("UPDATE job_lane_hours SET hour = hour - interval '25 hours'")
+    # a day later, one more: the fold writes the old hour to job_lane_hours
+    await pool.execute("UPDATE job_lanes SET hour_at = hour_at - interval '25 hours'")
+    await q.claim(pool, f.lease(), run_id, 1)
+    await pool.execute("SELECT job_lanes_fold()")
+    assert await pool.fetchval("SELECT sum(served) FROM job_lane_hours") == 2
+    assert (await f.lane_counts(pool, "t"))[c][1] == 3
+    await q.expire_served(pool)
+    assert (await f.lane_counts(pool, "t"))[c][1] == 1
+    assert await pool.fetchval("SELECT count(*) FROM job_lane_hours") == 0
+    # the lane idle for a day: the hour its row holds goes too
+    await pool.execute("UPDATE job_lanes SET hour_at = hour_at - interval '25 hours'")
     await q.expire_served(pool)
     assert (await f.lane_counts(pool, "t"))[c][1] == 0
-    assert await pool.fetchval("SELECT count(*) FROM job_lane_hours") == 0
+    assert await pool.fetchval("SELECT count(*) FROM job_lane_served_hours") == 0
 
 
 async def test_a_claim_never_comes_back_empty_while_another_lane_has_ready_work(pool):
@@ -412,8 +426,15 @@ async def test_a_lanes_head_and_readiness_follow_every_transition(pool):
         """head_at is the oldest pending job; ready_at says whether one is due: it is the
         earliest due time while that is in the future, else a due time already past."""
         nonlocal checks
+        # before the fold: no later than the truth, so the claim's walk and probes find it
         kept, truth = await lane_heads(pool, "t"), await true_heads(pool, "t")
         now = await pool.fetchval("SELECT now()")
+        for lane, (n, head, earliest) in truth.items():
+            pending, head_at, ready_at = kept[lane]
+            assert pending > 0 and head_at <= head and ready_at <= max(earliest, now)
+        # folded: exact
+        await pool.execute("SELECT job_lanes_fold()")
+        kept = await lane_heads(pool, "t")
         assert {lane for lane, v in kept.items() if v[0]} == set(truth)
         for lane, (n, head, earliest) in truth.items():
             pending, head_at, ready_at = kept[lane]
@@ -483,6 +504,7 @@ async def test_a_claim_takes_exactly_the_lightest_slots_of_every_lane(pool):
         for lane in lanes:
             await pool.execute("UPDATE lanes SET priority = $2 WHERE id = $1", lane, rng.choice([0, 10, 20]))
             await pool.execute("UPDATE job_lanes SET served = $2 WHERE lane = $1", lane, rng.randint(0, 6))
+        await pool.execute("SELECT job_lanes_fold()")  # the last round's jobs deleted: folded in
         rows = await pool.fetch(
             "SELECT l.lane, l.priority, l.served, l.head_at, l.pending FROM job_lanes l WHERE l.type = 't'")
         slots = sorted(((-r["priority"], r["served"] + k, r["head_at"], r["lane"])

@@ -216,6 +216,8 @@ async def test_a_failure_cut_to_break_a_deadlock_is_written_again(dsn, pool, cap
     [job_id] = await f.jobs(pool, "dlf", 1)
     mine = await f.run(pool)
     [job] = await q.claim(pool, stage.lease_terms, mine, 1)
+    # folded: the lane has nothing waiting, so the job made pending again writes its row
+    await pool.execute("SELECT job_lanes_fold()")
     failer, other = await connect(dsn), await connect(dsn)
     try:
         tx = other.transaction()

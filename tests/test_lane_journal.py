@@ -1,9 +1,8 @@
-"""Overlapping claims do not queue on each other's lane rows. A claim that finds a lane's
-counter row held by another transaction (another claim in flight, until it commits) does
-not wait for it: its counts go to the journal, and the next holder, or a run's heartbeat
-or end, folds them in (settled events never take a room: tests/events/test_settled_passes.py). Each test holds
-the row the way a claim in flight does and then does the claim; the last one does the
-overlap for real and checks every count and every number afterwards."""
+"""The lane journal and its fold (docs/queue.md#a-shared-database). Claims, endings and the
+enqueues into a lane the claim already walks write a journal line and no lane row; once a
+second, a claim (or a run's heartbeat or end) folds the lines into the rows of the next
+epoch. A claim never waits for a lane row another transaction holds, reads the lines as part
+of the counts, and a fold leaves a lane it cannot take to the next one."""
 
 from __future__ import annotations
 
@@ -46,7 +45,7 @@ async def holding(dsn: str, sql: str, *args) -> AsyncIterator[None]:
 
 
 async def _served_by_hours(db, type_: str) -> dict:
-    rows = await db.fetch("SELECT lane, sum(served)::int AS n FROM job_lane_hours WHERE type = $1 "
+    rows = await db.fetch("SELECT lane, sum(served)::int AS n FROM job_lane_served_hours WHERE type = $1 "
                           "GROUP BY lane", type_)
     return {r["lane"]: r["n"] for r in rows}
 
@@ -59,11 +58,10 @@ async def test_a_claim_does_not_wait_for_a_lane_row_another_claim_holds(pool, ds
         run_id = await run(pool)
         got = await asyncio.wait_for(q.claim(pool, lease("t"), run_id, 4), NOT_WAITING)
         assert sorted(j.lane == held for j in got) == [False, False, True, True]
-        # the free lane is counted at once; the held one's counts wait in the journal
-        counts = await lane_counts(pool, "t")
-        assert counts[free] == (1, 2)
-        assert counts[held] == (3, 0)
+        # both lanes' counts wait in the journal; the rows are as the last fold left them
+        assert await _rows(pool, "t") == {held: (3, 0), free: (3, 0)}
         assert await pool.fetchval("SELECT sum(pending)::int FROM job_lane_journal WHERE lane = $1", held) == -2
+        assert await lane_counts(pool, "t") == {held: (1, 2), free: (1, 2)}
     # the run's heartbeat folds it in: the counters are the recount, served the hours'
     await beat(pool, run_id, done=0, failed=0, deferred=0, units=0, summary={})
     assert await pool.fetchval("SELECT count(*) FROM job_lane_journal") == 0
@@ -82,7 +80,7 @@ async def test_what_waits_is_counted_with_the_journal_before_it_is_folded(pool, 
     await jobs(pool, "t", 6, lane=owned)
     async with holding(dsn, LANE_ROW, owned):
         await asyncio.wait_for(q.claim(pool, lease("t"), await run(pool), 4), NOT_WAITING)
-    assert await pool.fetchval("SELECT count(*) FROM job_lane_journal") == 1
+    assert await pool.fetchval("SELECT sum(pending) FROM job_lane_journal WHERE lane = $1", owned) < 0
     [depth] = [d for d in await queue_depth(pool) if d["type"] == "t"]
     assert (depth["pending"], depth["running"]) == (2, 4)
     async with tenant_transaction(pool, actor) as conn:
@@ -100,41 +98,72 @@ async def test_the_claim_counts_what_the_journal_holds_as_served(pool, dsn):
     run_id = await run(pool)
     async with holding(dsn, LANE_ROW, a):
         await asyncio.wait_for(q.claim(pool, lease("t"), run_id, 2), NOT_WAITING)
-    assert (await lane_counts(pool, "t"))[a] == (3, 0)               # not folded yet
+    assert (await _rows(pool, "t"))[a] == (3, 0)               # not folded yet
     await jobs(pool, "t", 3, lane=b)
     got = await q.claim(pool, lease("t"), run_id, 2)
     assert [j.lane for j in got] == [b, b]
 
 
-async def test_the_next_claim_of_a_lane_folds_what_the_journal_holds_for_it(pool, dsn):
+async def test_a_fold_writes_each_lane_once_into_the_next_epoch(pool):
     lane = uuid.uuid4()
     await jobs(pool, "t", 5, lane=lane)
     run_id = await run(pool)
-    async with holding(dsn, LANE_ROW, lane):
-        await asyncio.wait_for(q.claim(pool, lease("t"), run_id, 2), NOT_WAITING)
-    assert (await lane_counts(pool, "t"))[lane] == (5, 0)
-    await q.claim(pool, lease("t"), run_id, 1)  # the row is free now: this claim folds
+    await pool.execute("SELECT job_lanes_fold()")
+    await q.claim(pool, lease("t"), run_id, 2)  # within the second: the claims do not fold
+    await q.claim(pool, lease("t"), run_id, 1)
+    assert (await _rows(pool, "t"))[lane] == (5, 0)
+    epoch = await pool.fetchval("SELECT job_lane_epoch()")
+    await pool.execute("SELECT job_lanes_fold()")
     assert await pool.fetchval("SELECT count(*) FROM job_lane_journal") == 0
-    assert (await lane_counts(pool, "t"))[lane] == (2, 3)
+    assert await pool.fetchval("SELECT job_lane_epoch()") == epoch + 1
+    assert await pool.fetchval("SELECT epoch FROM job_lanes WHERE lane = $1", lane) == epoch + 1
+    assert (await _rows(pool, "t"))[lane] == (2, 3)
     # the lane's head moved past the three claimed jobs
     head = await pool.fetchval("SELECT head_at FROM job_lanes WHERE lane = $1", lane)
     assert head == await pool.fetchval(
         "SELECT min(created_at) FROM jobs WHERE lane = $1 AND status = 'pending'", lane)
 
 
-async def test_a_hand_back_waits_for_the_lane_row_and_folds_what_waits_for_it(pool, dsn):
+async def test_a_hand_back_is_found_by_the_next_claim_before_any_fold(pool):
     lane = uuid.uuid4()
     await jobs(pool, "t", 5, lane=lane)
     run_id = await run(pool)
-    async with holding(dsn, LANE_ROW, lane):
-        taken = await asyncio.wait_for(q.claim(pool, lease("t"), run_id, 3), NOT_WAITING)
-    # a job made pending again is counted at once (the claim must see it), with the journal
+    taken = await q.claim(pool, lease("t"), run_id, 5)
     until = await pool.fetchval("SELECT now()")
     back = await q.finish_and_claim(pool, lease("t"), run_id, 0, hand_back={taken[0].id: until})
     assert back.handed_back == 1
-    assert await pool.fetchval("SELECT count(*) FROM job_lane_journal") == 0
-    assert (await lane_counts(pool, "t"))[lane] == (3, 2)
-    assert await true_pending(pool, "t") == {lane: 3}
+    assert (await lane_counts(pool, "t"))[lane] == (1, 4)
+    assert [j.id for j in await q.claim(pool, lease("t"), await run(pool), 5)] == [taken[0].id]
+
+
+async def test_a_head_a_fold_moved_past_an_uncommitted_job_comes_back_with_its_line(pool, dsn):
+    """A job made pending again by a transaction still open when a fold probes the lane's
+    head is not seen by that probe, which moves the head past it; its journal line says where
+    it was, and the next fold moves the head back to it."""
+    lane = uuid.uuid4()
+    await jobs(pool, "t", 3, lane=lane)
+    run_id = await run(pool)
+    first, *_ = await q.claim(pool, lease("t"), run_id, 1)
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("BEGIN")
+        await conn.execute("UPDATE jobs SET status = 'pending', run_id = NULL WHERE id = $1", first.id)
+        await pool.execute("SELECT job_lanes_fold()")
+        head = await pool.fetchval("SELECT head_at FROM job_lanes WHERE lane = $1", lane)
+        assert head > first.created_at
+        await conn.execute("COMMIT")
+    finally:
+        await conn.close()
+    await pool.execute("SELECT job_lanes_fold()")
+    assert await pool.fetchval("SELECT head_at FROM job_lanes WHERE lane = $1", lane) == first.created_at
+    got = await q.claim(pool, lease("t"), run_id, 1)
+    assert [j.id for j in got] == [first.id]
+
+
+async def _rows(db, type_: str) -> dict:
+    """The lane rows alone, as the last fold or write left them."""
+    rows = await db.fetch("SELECT lane, pending, served FROM job_lanes WHERE type = $1", type_)
+    return {r["lane"]: (r["pending"], r["served"]) for r in rows}
 
 
 async def _noop(job, ctx) -> None:

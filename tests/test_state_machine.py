@@ -554,6 +554,11 @@ class JobMachine(RuleBasedStateMachine):
     def lane_counters_match_a_recount(self):
         if not self.lanes:
             return
+        # unfolded: the claim finds every lane with work due, and the journal's lines
+        # make up the rest of the counts
+        bad = self.q.sql(WALK_CHECK, self.lanes)
+        assert not bad, [dict(r) for r in bad]
+        self.q.sql("SELECT job_lanes_fold()")
         bad = self.q.sql(LANE_CHECK, self.lanes)
         assert not bad, [dict(r) for r in bad]
         served = {(r["type"], r["lane"]): r["served"] for r in self.q.sql(
@@ -583,7 +588,7 @@ WITH truth AS (
            bool_or(run_after <= now()) AS ready
     FROM jobs WHERE status = 'pending' AND lane = ANY($1) GROUP BY type, lane
 ), hours AS (
-    SELECT type, lane, sum(served) AS served FROM job_lane_hours WHERE lane = ANY($1) GROUP BY type, lane
+    SELECT type, lane, sum(served) AS served FROM job_lane_served_hours WHERE lane = ANY($1) GROUP BY type, lane
 )
 SELECT 'counter' AS problem, coalesce(l.type, t.type) AS type, coalesce(l.lane, t.lane) AS lane,
        l.pending, t.pending AS true_pending, l.served, h.served AS hour_served, l.head_at,
@@ -603,6 +608,31 @@ SELECT 'no lanes row', j.type, j.lane, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 FROM jobs j
 WHERE j.lane = ANY($1) AND j.status IN ('pending', 'running')
   AND NOT EXISTS (SELECT 1 FROM lanes r WHERE r.id = j.lane)
+"""
+
+
+# Before a fold, every (type, lane) of the given lanes whose work the claim could miss: a lane
+# with pending jobs, not paused, whose row is not in the current epoch's walk, or whose head
+# is later than its oldest pending job, or which says nothing is due while something is;
+# and every lane whose row and journal lines together count other than the jobs.
+WALK_CHECK = """
+WITH truth AS (
+    SELECT type, lane, count(*) AS pending, min(created_at) AS head_at,
+           bool_or(run_after <= now()) AS ready
+    FROM jobs WHERE status = 'pending' AND lane = ANY($1) GROUP BY type, lane
+)
+SELECT 'not walked' AS problem, t.type, t.lane, l.epoch, job_lane_epoch() AS current_epoch, l.pending,
+       l.head_at, t.head_at AS true_head, l.ready_at, t.ready
+FROM truth t
+LEFT JOIN job_lanes l ON l.type = t.type AND l.lane = t.lane
+WHERE NOT coalesce(l.paused, false)
+  AND (l.type IS NULL OR l.epoch <> job_lane_epoch() OR l.pending <= 0 OR l.head_at > t.head_at
+       OR (t.ready AND NOT l.ready_at <= now()))
+UNION ALL
+SELECT 'count', c.type, c.lane, NULL, NULL, c.pending, NULL, NULL, NULL, NULL
+FROM job_lane_counts c
+LEFT JOIN truth t ON t.type = c.type AND t.lane = c.lane
+WHERE c.lane = ANY($1) AND c.pending <> coalesce(t.pending, 0)
 """
 
 

@@ -191,6 +191,7 @@ async def test_replace_gives_a_pending_job_the_new_payload_and_due_time(pool):
     assert len(await jobs_of_key(pool)) == 1
     # still one pending job in the lane, and the lane's wake-up time is the new due time
     assert await f.lane_counts(pool, "digest") == counts_before == {DEFAULT_LANE: (1, 0)}
+    await pool.execute("SELECT job_lanes_fold()")
     assert await pool.fetchval("SELECT ready_at FROM job_lanes WHERE type = 'digest'") == later
     # without replace, the pending job is the answer and stays as it is
     kept = await admit(pool, payload={"n": 3})

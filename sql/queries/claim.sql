@@ -41,7 +41,8 @@ WITH done AS (
            coalesce(l.served, 0) AS served
     FROM jobs j
     LEFT JOIN lanes r ON r.id = j.lane
-    LEFT JOIN job_lanes l ON l.lane = j.lane AND l.type = j.type
+    LEFT JOIN LATERAL (SELECT l.served FROM job_lanes l WHERE l.lane = j.lane AND l.type = j.type
+                       ORDER BY l.epoch DESC LIMIT 1) l ON true
     WHERE j.type = :type AND j.status = 'running'
       AND j.locked_at < now() - make_interval(secs => :lease_seconds)
       AND j.attempts < :max_attempts
@@ -79,25 +80,56 @@ WITH done AS (
     -- most 2 × :limit jobs, so 40 × :limit lanes leave this claim :limit free ones unless about 20
     -- claims of its size overlap on the same lanes; it is also what tells the planner
     -- that a few lanes are read, not all of them.
-    SELECT l.lane, l.pending,
-           -- what claims in flight took and left in the journal counts as served too; the
-           -- lines before the lane's journal_from are folded (and gone), so the sum starts there
-           l.served + coalesce((SELECT sum(n.served) FROM job_lane_journal n
-                                WHERE n.type = l.type AND n.lane = l.lane
-                                  AND n.xid >= mark_or_start(l.journal_from)), 0) AS served,
-           l.priority, h.created_at AS head_at, h.id AS head_id, l.live_from,
+    SELECT l.lane, l.pending, l.served, l.priority, h.created_at AS head_at, h.id AS head_id, l.live_from,
            -- the lane's stale jobs come first in its order: counted once here, not for
            -- each of the lane's slots below (up to :limit each)
            (SELECT count(*) FROM stale s WHERE s.lane = l.lane) AS stale_n
     FROM (
-        SELECT l.type, l.lane, l.pending, l.served, l.priority, l.journal_from,
-               coalesce(l.head_at, '-infinity') AS live_from
-        FROM job_lanes l
-        WHERE l.type = :type AND l.pending > 0 AND NOT l.paused AND l.ready_at <= now()
-          -- nothing of a stage an operator paused (one probe of a table people write)
-          AND NOT EXISTS (SELECT 1 FROM paused_stages p WHERE p.type = :type)
-        ORDER BY l.priority DESC, l.served, l.head_at
-        LIMIT 40 * :limit
+        -- the epoch's first 4 × :limit + 32 lanes, each counted with the journal's lines since
+        -- its row was written (what claims since the last fold took, what enqueues added),
+        -- put in order by those counts before any is probed (OFFSET 0: sorted here)
+        SELECT * FROM (
+            SELECT w.lane, w.priority, w.live_from,
+                   -- the probe below finds a head: at least one is waiting
+                   greatest(w.pending + j.pending, 1) AS pending, w.served + j.served AS served
+            FROM (
+                SELECT l.type, l.lane, l.pending, l.served, l.priority, l.journal_from,
+                       coalesce(l.head_at, '-infinity') AS live_from
+                FROM job_lanes l
+                WHERE l.epoch = job_lane_epoch() AND l.type = :type AND l.pending > 0 AND NOT l.paused
+                  AND l.ready_at <= now()
+                  -- nothing of a stage an operator paused (one probe of a table people write)
+                  AND NOT EXISTS (SELECT 1 FROM paused_stages p WHERE p.type = :type)
+                ORDER BY l.priority DESC, l.served, l.head_at
+                LIMIT 4 * :limit + 32
+            ) w
+            CROSS JOIN LATERAL (
+                SELECT coalesce(sum(n.pending), 0) AS pending, coalesce(sum(n.served), 0) AS served
+                FROM job_lane_journal n
+                WHERE n.type = w.type AND n.lane = w.lane AND n.xid >= mark_or_start(w.journal_from)
+            ) j
+            ORDER BY w.priority DESC, w.served + j.served, w.live_from
+            OFFSET 0
+        ) first_lanes
+        UNION ALL
+        -- then, only if those could not fill the claim, the next ones in the fold's order
+        SELECT w.lane, w.priority, w.live_from, greatest(w.pending + j.pending, 1), w.served + j.served
+        FROM (
+            SELECT l.type, l.lane, l.pending, l.served, l.priority, l.journal_from,
+                   coalesce(l.head_at, '-infinity') AS live_from
+            FROM job_lanes l
+            WHERE l.epoch = job_lane_epoch() AND l.type = :type AND l.pending > 0 AND NOT l.paused
+              AND l.ready_at <= now()
+              AND NOT EXISTS (SELECT 1 FROM paused_stages p WHERE p.type = :type)
+            ORDER BY l.priority DESC, l.served, l.head_at
+            OFFSET 4 * :limit + 32
+            LIMIT 36 * :limit - 32
+        ) w
+        CROSS JOIN LATERAL (
+            SELECT coalesce(sum(n.pending), 0) AS pending, coalesce(sum(n.served), 0) AS served
+            FROM job_lane_journal n
+            WHERE n.type = w.type AND n.lane = w.lane AND n.xid >= mark_or_start(w.journal_from)
+        ) j
     ) l
     CROSS JOIN LATERAL (
         SELECT j.id, j.created_at FROM jobs j
@@ -191,6 +223,9 @@ WITH done AS (
     SELECT id FROM fair_picked
     UNION ALL
     SELECT id FROM refill
+), folded AS (
+    -- the lane journal folded into the next epoch, when the current one is a second old
+    SELECT job_lanes_fold_if_due() AS folded
 ), claimed AS (
     UPDATE jobs
     SET status = 'running', locked_at = now(), attempts = jobs.attempts + 1, run_id = :run_id
@@ -201,7 +236,8 @@ WITH done AS (
               jobs.dedupe_key, jobs.created_at, jobs.trace_context
 )
 SELECT c.*, w.done, w.handed_back
-FROM (SELECT (SELECT count(*) FROM done) AS done, (SELECT count(*) FROM handed_back) AS handed_back) w
+FROM (SELECT (SELECT count(*) FROM done) AS done, (SELECT count(*) FROM handed_back) AS handed_back
+      FROM folded) w
 LEFT JOIN claimed c ON true
 -- the batch in a known order (RETURNING's follows the plan): the lanes chose the jobs,
 -- the handlers start them oldest first

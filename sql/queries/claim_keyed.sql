@@ -37,7 +37,8 @@ WITH held AS (
                                 WHERE n.type = l.type AND n.lane = l.lane
                                   AND n.xid >= mark_or_start(l.journal_from)), 0) AS served
     FROM job_lanes l
-    WHERE l.type = :type AND l.pending > 0 AND NOT l.paused AND l.ready_at <= now()
+    WHERE l.epoch = job_lane_epoch() AND l.type = :type AND l.pending > 0 AND NOT l.paused
+      AND l.ready_at <= now()
       AND NOT EXISTS (SELECT 1 FROM paused_stages p WHERE p.type = :type)
     ORDER BY l.priority DESC, l.served, l.head_at
     LIMIT 40 * :limit
@@ -59,7 +60,8 @@ WITH held AS (
            coalesce(r.priority, 0) AS priority, coalesce(l.served, 0) AS served, j.created_at, true AS stale
     FROM jobs j
     LEFT JOIN lanes r ON r.id = j.lane
-    LEFT JOIN job_lanes l ON l.lane = j.lane AND l.type = j.type
+    LEFT JOIN LATERAL (SELECT l.served FROM job_lanes l WHERE l.lane = j.lane AND l.type = j.type
+                       ORDER BY l.epoch DESC LIMIT 1) l ON true
     WHERE j.type = :type AND j.status = 'running'
       AND j.locked_at < now() - make_interval(secs => :lease_seconds)
       AND j.attempts < :max_attempts
@@ -90,6 +92,9 @@ WITH held AS (
           FROM within_room w) w
     ORDER BY w.priority DESC, w.weight, w.created_at
     LIMIT :limit
+), folded AS (
+    -- the lane journal folded into the next epoch, when the current one is a second old
+    SELECT job_lanes_fold_if_due() AS folded
 ), claimed AS (
     UPDATE jobs
     SET status = 'running', locked_at = now(), attempts = jobs.attempts + 1, run_id = :run_id
@@ -98,4 +103,4 @@ WITH held AS (
               jobs.dedupe_key, jobs.created_at, jobs.trace_context,
               job_limit_key(jobs.lane, jobs.payload, :by_lane, :path::text[]) AS limit_key
 )
-SELECT * FROM claimed ORDER BY created_at, id
+SELECT c.* FROM claimed c, folded ORDER BY c.created_at, c.id

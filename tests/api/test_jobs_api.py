@@ -128,7 +128,7 @@ async def test_cancel_a_pending_job_ends_it_cancelled(make_client, pool):
     again = assert_error(await client.post(f"/jobs/{job['id']}/cancel"), 409, "job_finished")
     assert "cancelled" in again["message"]
     # the fairness counters follow (the lane no longer has a pending job)
-    assert await pool.fetchval("SELECT sum(pending) FROM job_lanes WHERE type = 'record'") == 0
+    assert await pool.fetchval("SELECT sum(pending) FROM job_lane_counts WHERE type = 'record'") == 0
 
 
 async def test_cancel_never_stomps_a_running_job(make_client, pool):

@@ -126,7 +126,7 @@ async def test_a_database_can_turn_events_off(pool, dsn, tenants):
         assert run.jobs_done == 9 and run.stop_reason == "no_work"
         assert await pool.fetchval("SELECT count(*) FROM events") == before
         # the counters did not notice: nothing pending, each lane served what it ran
-        assert await pool.fetchval("SELECT coalesce(sum(pending), 0) FROM job_lanes") == 0
+        assert await pool.fetchval("SELECT coalesce(sum(pending), 0) FROM job_lane_counts") == 0
     finally:
         await pool.execute(f"ALTER DATABASE {name} RESET skiplock.events")
         await off.close()
