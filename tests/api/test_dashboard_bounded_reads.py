@@ -15,6 +15,7 @@ from app.engine.queue_stats import OPEN_COUNT_CAP
 from app.engine.tenancy import tenant_transaction
 from bench.explain import buffers_touched, explain
 from tests import factories as f
+from tests.api.test_trends_api import _ended
 
 # The queue card counted from the jobs (row-level security keeps a tenant's), ready and
 # waiting up to $1.
@@ -34,15 +35,6 @@ FROM (SELECT *, finished_at > now() - interval '1 day' AS recent FROM jobs) j
 WHERE status IN ('pending', 'running') OR recent AND status IN ('done', 'failed', 'cancelled')
 GROUP BY type
 ORDER BY type"""
-
-async def _ended(pool, lane, type_, status, minutes_ago: float, waited_seconds: float, n: int = 1) -> None:
-    await pool.execute(
-        "INSERT INTO jobs (type, lane, status, attempts, finished_at, locked_at, run_after, last_error) "
-        "SELECT $1, $2, $3, 1, now() - make_interval(secs => $4), "
-        "       now() - make_interval(secs => $4 + 1), now() - make_interval(secs => $4 + 1 + $5 * g), "
-        "       CASE WHEN $3 = 'failed' THEN 'boom' END "
-        "FROM generate_series(1, $6) g", type_, lane, status, minutes_ago * 60, waited_seconds, n)
-
 
 async def _history(pool, lanes) -> None:
     """Jobs in every state the card shows, moved the ways jobs move: claimed, ended (in a
