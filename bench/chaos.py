@@ -174,7 +174,7 @@ INVARIANTS = {
         "SELECT count(*) FROM job_lanes l "
         "WHERE l.pending <> (SELECT count(*) FROM jobs j WHERE j.type = l.type AND j.lane = l.lane "
         "                    AND j.status = 'pending') "
-        "   OR l.served <> (SELECT coalesce(sum(h.served), 0) FROM job_lane_hours h "
+        "   OR l.served <> (SELECT coalesce(sum(h.served), 0) FROM job_lane_served_hours h "
         "                   WHERE h.type = l.type AND h.lane = l.lane)", ()),
     "every room's events numbered up to its head, without a hole": (
         "SELECT count(*) FROM (SELECT r.room FROM event_rooms r LEFT JOIN events e ON e.room = r.room "

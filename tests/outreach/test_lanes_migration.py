@@ -97,7 +97,7 @@ async def test_a_database_made_before_the_split_comes_across_with_its_data(new_d
             "SELECT l.type, l.lane, l.pending, count(j.id) AS n, l.head_at = min(j.created_at) AS head_ok, "
             "       l.ready_at = min(j.run_after) AS ready_ok "
             "FROM job_lanes l LEFT JOIN jobs j ON j.lane = l.lane AND j.type = l.type AND j.status = 'pending' "
-            "GROUP BY l.type, l.lane")
+            "GROUP BY l.type, l.lane, l.epoch")
         assert len(counted) == 8 and all(r["pending"] == r["n"] and r["head_ok"] and r["ready_ok"]
                                          for r in counted)
         # every lane ranked from its campaign and its owner's plan
