@@ -8,11 +8,13 @@
 -- result is one row per claimed job, oldest first, or a single row of NULL job columns
 -- when none was claimed; every row carries how many jobs were marked done and handed back.
 --
--- Reads jobs and the lane rows only. Order: the lane's priority (highest first), then
--- the lane served least in the last day, then the oldest ready job. Within one claim a
--- lane's k-th job counts as served + k: claiming 25 at once interleaves lanes exactly
--- as 25 claims of one would. The lanes come off job_lanes_claim_idx in that order, so a
--- claim of n reads about n lane rows however many lanes exist or have work.
+-- Reads jobs, the lane rows and their journal lines. Order: the lane's priority (highest
+-- first), then the lane served least in the last day, then the oldest ready job. Within
+-- one claim a lane's k-th job counts as served + k: claiming 25 at once interleaves lanes
+-- exactly as 25 claims of one would. The lanes come off job_lanes_claim_idx in that order
+-- as the last fold wrote it (docs/queue.md#a-shared-database), so a claim of n reads
+-- about 4n + 32 lane rows however many lanes exist or have work. When the current epoch
+-- is a second old, the claim first folds the journal into the next (folded).
 --
 -- Every probe of jobs_claim_idx starts at the lane's head_at (live_from), never later
 -- than its oldest pending job: the entries before it are jobs that left, kept while any
@@ -73,13 +75,15 @@ WITH done AS (
     --
     -- The lanes are put in order inside a subquery of their own (`l` below) and probed
     -- outside it, with no ORDER BY over the probes: planned any way at all, the probes run in
-    -- the walk's order and stop at the :limit-th lane found free, so a claim locks at most
+    -- the lanes' order and stop at the :limit-th lane found free, so a claim locks at most
     -- :limit heads. Sorted after probing, it would probe and lock every lane's head, and a
-    -- claim beside it would find none free. The walk's
-    -- bound: a probe that finds a lane held locks nothing, and another claim holds at
-    -- most 2 × :limit jobs, so 40 × :limit lanes leave this claim :limit free ones unless about 20
-    -- claims of its size overlap on the same lanes; it is also what tells the planner
-    -- that a few lanes are read, not all of them.
+    -- claim beside it would find none free. The order: the current epoch's lanes come off
+    -- job_lanes_claim_idx as the last fold left their counts; the first 4 × :limit + 32 are
+    -- weighed with the journal's lines since (the claims since the fold) and sorted by that,
+    -- then the next ones follow in the fold's order, read only if the first cannot fill the
+    -- claim. The bound of 40 × :limit lanes: a probe that finds a lane held locks nothing,
+    -- and another claim holds at most 2 × :limit jobs, so 40 × :limit lanes leave this claim
+    -- :limit free ones unless about 20 claims of its size overlap on the same lanes.
     SELECT l.lane, l.pending, l.served, l.priority, h.created_at AS head_at, h.id AS head_id, l.live_from,
            -- the lane's stale jobs come first in its order: counted once here, not for
            -- each of the lane's slots below (up to :limit each)
