@@ -62,11 +62,16 @@ $$;
 -- Write lanes' rows at once, in the current epoch (or a later one a fold gave them): the
 -- deltas and heads as job_lanes_apply wrote them, rows made for lanes that have none.
 -- Arrays in (type, lane) order, one element per (type, lane).
+--
+-- Here, in job_lanes_count and in the fold, no sequential scans: the tables' statistics
+-- know nothing of the versions a held snapshot keeps (the lane rows' of every fold, the
+-- journal's lines), and a plan that joins by scanning them whole reads every one; all of it
+-- is read by key.
 CREATE FUNCTION job_lanes_write(types text[], lane_ids uuid[], pending_d integer[],
                                 served_d integer[], in_head timestamptz[], in_ready timestamptz[],
                                 out_head timestamptz[], out_ready timestamptz[])
 RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     new_lanes uuid[]; epochs bigint[]; now_epoch bigint; attempt integer;
 BEGIN
@@ -165,7 +170,7 @@ CREATE OR REPLACE FUNCTION job_lanes_count(types text[], lane_ids uuid[], pendin
                                            served_d integer[], in_head timestamptz[], in_ready timestamptz[],
                                            out_head timestamptz[], out_ready timestamptz[], may_create boolean)
 RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     d_type text[]; d_lane uuid[]; d_p integer[]; d_s integer[]; d_ih timestamptz[]; d_ir timestamptz[];
     d_oh timestamptz[]; d_orr timestamptz[]; now_epoch bigint := job_lane_epoch();
@@ -245,7 +250,7 @@ END $$;
 -- work). Lanes someone holds (a write at once, a ranking change) are left to the next fold,
 -- with an empty line that makes sure it takes them; the mark stays below every line left.
 CREATE OR REPLACE FUNCTION job_lanes_fold() RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp SET enable_seqscan = off AS $$
 DECLARE
     from_xid xid8; from_raw xid8; from_at tid; upto xid8; now_epoch bigint; mark xid8;
     h_type text[]; h_lane uuid[]; h_epoch bigint[]; h_from xid8[];
@@ -377,7 +382,7 @@ BEGIN
     END IF;
 
     -- the next epoch, in the same transaction as the rows written into it
-    INSERT INTO job_lane_epochs (epoch) VALUES (now_epoch + 1);
+    INSERT INTO job_lane_epochs (epoch, at) VALUES (now_epoch + 1, clock_timestamp());
     DELETE FROM job_lane_epochs WHERE epoch = now_epoch;
 
     IF upto > from_xid THEN
@@ -396,8 +401,9 @@ BEGIN
     END IF;
 END $$;
 
--- A claim folds when the epoch is a second old (the fold's lock taken by another claim or a
--- heartbeat: this one does not wait for it).
+-- A claim folds when the epoch is a second old, counted from the end of the fold that made
+-- it (a slow fold is never followed by another at once); the fold's lock taken by another
+-- claim or a heartbeat, this one does not wait for it.
 CREATE FUNCTION job_lanes_fold_if_due() RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
