@@ -232,3 +232,14 @@ async def test_marks_restored_from_another_cluster_mark_nothing_here(pool, dsn):
     assert (await lane_counts(pool, "t"))[lane] == (2, 2)
     assert await pool.fetchval("SELECT journal_from < $1::text::xid8 FROM job_lanes WHERE lane = $2", far, lane)
     assert await pool.fetchval("SELECT max(xid) < $1::text::xid8 FROM job_lane_journal_marks", far)
+
+
+async def test_a_lane_whose_row_was_emptied_away_gets_a_new_one(pool):
+    """The counters emptied by hand (TRUNCATE job_lanes, as a benchmark resets a database)
+    leave the lanes' keys behind; the next job of a lane makes its row again, and is claimed."""
+    lane = uuid.uuid4()
+    await jobs(pool, "t", 1, lane=lane)
+    await pool.execute("DELETE FROM jobs")
+    await pool.execute("TRUNCATE job_lanes, job_lane_journal")
+    [job_id] = await jobs(pool, "t", 1, lane=lane)
+    assert [j.id for j in await q.claim(pool, lease("t"), await run(pool), 5)] == [job_id]

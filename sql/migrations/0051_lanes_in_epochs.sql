@@ -18,7 +18,7 @@
 --   lane, the versions the folds left behind all lie in older epochs, before the range.
 -- * A lane's row is found newest version first, by (lane, type, epoch): the key of every
 --   version is new, so neither a lookup nor the unique check of a write visits the old
---   ones. One row per (lane, type) is kept by job_lane_keys, which is only ever inserted to.
+--   ones. One row per (lane, type) is kept by job_lane_keys, whose row a maker locks.
 -- * The served counts by hour: the row holds its current hour's count, and writes it to
 --   job_lane_hours once the hour has passed (one row per lane and hour, written once).
 
@@ -80,7 +80,8 @@ BEGIN
     FOR attempt IN 1..2 LOOP
         SELECT array_agg(DISTINCT c.lane ORDER BY c.lane) INTO new_lanes
         FROM unnest(types, lane_ids) AS c(type, lane)
-        WHERE NOT EXISTS (SELECT 1 FROM job_lane_keys k WHERE k.lane = c.lane AND k.type = c.type);
+        WHERE NOT EXISTS (SELECT 1 FROM job_lanes l WHERE l.lane = c.lane AND l.type = c.type
+                          ORDER BY l.epoch DESC LIMIT 1);
         IF new_lanes IS NOT NULL THEN
             -- ranked as its lane is: the lane row is share-locked first, so a ranking change
             -- that is committing is waited for and seen, and a later one finds the new row
@@ -89,17 +90,25 @@ BEGIN
             WHERE NOT EXISTS (SELECT 1 FROM lanes r WHERE r.id = n.id)
             ON CONFLICT (id) DO NOTHING;
             PERFORM 1 FROM lanes r WHERE r.id = ANY (new_lanes) ORDER BY r.id FOR SHARE;
-            WITH made AS (
-                INSERT INTO job_lane_keys (lane, type)
-                SELECT c.lane, c.type FROM unnest(types, lane_ids) AS c(type, lane)
-                WHERE c.lane = ANY (new_lanes)
-                ORDER BY c.type, c.lane
-                ON CONFLICT (lane, type) DO NOTHING
-                RETURNING lane, type
-            )
+            -- one maker at a time per (lane, type): the key row, made if missing, is locked,
+            -- and the row made only if the next statement's snapshot still finds none
+            INSERT INTO job_lane_keys (lane, type)
+            SELECT c.lane, c.type FROM unnest(types, lane_ids) AS c(type, lane)
+            WHERE c.lane = ANY (new_lanes)
+            ORDER BY c.type, c.lane
+            ON CONFLICT (lane, type) DO NOTHING;
+            PERFORM 1 FROM job_lane_keys k
+            JOIN unnest(types, lane_ids) AS c(type, lane) ON k.lane = c.lane AND k.type = c.type
+            WHERE c.lane = ANY (new_lanes)
+            ORDER BY k.type, k.lane
+            FOR UPDATE OF k;
             INSERT INTO job_lanes (type, lane, priority, paused, epoch)
-            SELECT m.type, m.lane, r.priority, r.paused, job_lane_epoch()
-            FROM made m JOIN lanes r ON r.id = m.lane;
+            SELECT c.type, c.lane, r.priority, r.paused, job_lane_epoch()
+            FROM unnest(types, lane_ids) AS c(type, lane)
+            JOIN lanes r ON r.id = c.lane
+            WHERE c.lane = ANY (new_lanes)
+              AND NOT EXISTS (SELECT 1 FROM job_lanes l WHERE l.lane = c.lane AND l.type = c.type
+                              ORDER BY l.epoch DESC LIMIT 1);
         END IF;
 
         -- each lane's newest row, locked in (type, lane) order; the statements below are new
@@ -296,15 +305,15 @@ BEGIN
            (SELECT array_agg(w.lane) FROM wanted w
             WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.type = w.type AND h.lane = w.lane)),
            (SELECT array_agg(d.type) FROM lined d
-            WHERE NOT EXISTS (SELECT 1 FROM job_lane_keys k WHERE k.lane = d.lane AND k.type = d.type)),
+            WHERE NOT EXISTS (SELECT 1 FROM wanted w WHERE w.type = d.type AND w.lane = d.lane)),
            (SELECT array_agg(d.lane) FROM lined d
-            WHERE NOT EXISTS (SELECT 1 FROM job_lane_keys k WHERE k.lane = d.lane AND k.type = d.type)),
+            WHERE NOT EXISTS (SELECT 1 FROM wanted w WHERE w.type = d.type AND w.lane = d.lane)),
            -- every committed line below this snapshot's xmin is seen here: its lane is held
            -- (folded below), or left and counted in the smallest line left
            least(pg_snapshot_xmin(pg_current_snapshot()),
                  (SELECT min(j.xid) FROM lines j
                   WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.type = j.type AND h.lane = j.lane)
-                    AND EXISTS (SELECT 1 FROM job_lane_keys k WHERE k.lane = j.lane AND k.type = j.type)))
+                    AND EXISTS (SELECT 1 FROM wanted w WHERE w.type = j.type AND w.lane = j.lane)))
     INTO h_type, h_lane, h_epoch, h_from, s_type, s_lane, gone_type, gone_lane, upto;
 
     -- lines of lanes whose row is gone (pruned while idle, or the lane deleted) have nothing
@@ -313,7 +322,8 @@ BEGIN
         DELETE FROM job_lane_journal j
         USING unnest(gone_type, gone_lane) AS g(type, lane)
         WHERE j.type = g.type AND j.lane = g.lane AND j.xid >= from_xid
-          AND NOT EXISTS (SELECT 1 FROM job_lane_keys k WHERE k.lane = j.lane AND k.type = j.type);
+          AND NOT EXISTS (SELECT 1 FROM job_lanes l WHERE l.lane = j.lane AND l.type = j.type
+                          ORDER BY l.epoch DESC LIMIT 1);
     END IF;
     IF s_type IS NOT NULL THEN
         INSERT INTO job_lane_journal (type, lane, pending, served)
