@@ -94,20 +94,20 @@ BEGIN
             -- and the row made only if the next statement's snapshot still finds none
             INSERT INTO job_lane_keys (lane, type)
             SELECT c.lane, c.type FROM unnest(types, lane_ids) AS c(type, lane)
-            WHERE c.lane = ANY (new_lanes)
+            JOIN unnest(new_lanes) AS n(id) ON n.id = c.lane
             ORDER BY c.type, c.lane
             ON CONFLICT (lane, type) DO NOTHING;
             PERFORM 1 FROM job_lane_keys k
             JOIN unnest(types, lane_ids) AS c(type, lane) ON k.lane = c.lane AND k.type = c.type
-            WHERE c.lane = ANY (new_lanes)
+            JOIN unnest(new_lanes) AS n(id) ON n.id = c.lane
             ORDER BY k.type, k.lane
             FOR UPDATE OF k;
             INSERT INTO job_lanes (type, lane, priority, paused, epoch)
             SELECT c.type, c.lane, r.priority, r.paused, job_lane_epoch()
             FROM unnest(types, lane_ids) AS c(type, lane)
+            JOIN unnest(new_lanes) AS n(id) ON n.id = c.lane
             JOIN lanes r ON r.id = c.lane
-            WHERE c.lane = ANY (new_lanes)
-              AND NOT EXISTS (SELECT 1 FROM job_lanes l WHERE l.lane = c.lane AND l.type = c.type
+            WHERE NOT EXISTS (SELECT 1 FROM job_lanes l WHERE l.lane = c.lane AND l.type = c.type
                               ORDER BY l.epoch DESC LIMIT 1);
         END IF;
 
