@@ -59,6 +59,21 @@ LANGUAGE sql STABLE AS $$
     SELECT coalesce((SELECT e.epoch FROM job_lane_epochs e ORDER BY e.epoch DESC LIMIT 1), 0)
 $$;
 
+-- The rows' hours that have passed, written to job_lane_hours before the rows start the
+-- next one. The rows named by their whole key, which their writer holds.
+CREATE FUNCTION job_lanes_close_hours(types text[], lane_ids uuid[], epochs bigint[])
+RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO job_lane_hours AS h (type, lane, hour, served)
+    SELECT l.type, l.lane, l.hour_at, l.hour_served
+    FROM unnest(types, lane_ids, epochs) AS c(type, lane, e)
+    JOIN job_lanes l ON l.lane = c.lane AND l.type = c.type AND l.epoch = c.e
+    WHERE l.hour_at < date_trunc('hour', now()) AND l.hour_served <> 0
+    ORDER BY l.type, l.lane
+    ON CONFLICT (type, lane, hour) DO UPDATE SET served = h.served + excluded.served
+$$;
+REVOKE EXECUTE ON FUNCTION job_lanes_close_hours(text[], uuid[], bigint[]) FROM PUBLIC;
+
 -- Write lanes' rows at once, in the current epoch (or a later one a fold gave them): the
 -- deltas and heads as job_lanes_apply wrote them, rows made for lanes that have none.
 -- Arrays in (type, lane) order, one element per (type, lane).
@@ -125,14 +140,7 @@ BEGIN
     END LOOP;
     now_epoch := job_lane_epoch();
 
-    -- an hour that has passed goes to job_lane_hours before the row starts the next one
-    INSERT INTO job_lane_hours AS h (type, lane, hour, served)
-    SELECT l.type, l.lane, l.hour_at, l.hour_served
-    FROM unnest(types, lane_ids, epochs) AS c(type, lane, e)
-    JOIN job_lanes l ON l.lane = c.lane AND l.type = c.type AND l.epoch = c.e
-    WHERE l.hour_at < date_trunc('hour', now()) AND l.hour_served <> 0
-    ORDER BY l.type, l.lane
-    ON CONFLICT (type, lane, hour) DO UPDATE SET served = h.served + excluded.served;
+    PERFORM job_lanes_close_hours(types, lane_ids, epochs);
 
     -- The new head, when the old one may have left, is one probe of jobs_claim_idx from the
     -- old head. If that job is ready, it is the lane's witness of ready work; if not, the
@@ -174,7 +182,8 @@ REVOKE EXECUTE ON FUNCTION job_lanes_write(text[], uuid[], integer[], integer[],
 -- later than the jobs this statement made pending), and every change that makes nothing
 -- pending, gets a journal line and no write. The others write their row at once (the claim
 -- must find the new work) and leave an empty line, so that the next fold takes the lane into
--- its epoch even if a fold moved on while this transaction was open.
+-- its epoch even if a fold moved on while this transaction was open. (may_create, from the
+-- triggers' calls, is not needed: a lane without a row always gets one written.)
 CREATE OR REPLACE FUNCTION job_lanes_count(types text[], lane_ids uuid[], pending_d integer[],
                                            served_d integer[], in_head timestamptz[], in_ready timestamptz[],
                                            out_head timestamptz[], out_ready timestamptz[], may_create boolean)
@@ -352,13 +361,7 @@ BEGIN
         INTO f_p, f_s, f_hs, f_ih, f_ir, mark
         FROM held h LEFT JOIN sums s ON s.type = h.type AND s.lane = h.lane;
 
-        INSERT INTO job_lane_hours AS h (type, lane, hour, served)
-        SELECT l.type, l.lane, l.hour_at, l.hour_served
-        FROM unnest(h_type, h_lane, h_epoch) AS c(type, lane, e)
-        JOIN job_lanes l ON l.lane = c.lane AND l.type = c.type AND l.epoch = c.e
-        WHERE l.hour_at < date_trunc('hour', now()) AND l.hour_served <> 0
-        ORDER BY l.type, l.lane
-        ON CONFLICT (type, lane, hour) DO UPDATE SET served = h.served + excluded.served;
+        PERFORM job_lanes_close_hours(h_type, h_lane, h_epoch);
 
         -- The head is probed from the old one (or from an older job a line made pending): the
         -- entries before it are jobs that left, which a held snapshot keeps unprunable. If the
