@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from app.engine.ended_minutes import roll_up_endings
 from app.engine.queries import statement
 
 # The run-duration histogram's bounds, in seconds: a run lasts from a moment (no work) to
@@ -63,8 +64,9 @@ OPEN_COUNT_CAP = 10_000
 async def jobs_by_type(db, own_lanes: bool) -> list[dict]:
     """Per job type: ready and waiting (each at most OPEN_COUNT_CAP; ready_more and
     waiting_more: there are more), running, and the done, failed and cancelled of the last
-    day (the half hours that overlap it, from the endings' counters), with the oldest ready
-    job's wait. own_lanes: a tenant's, lane by lane from its own lanes; else every lane."""
+    day (the closed minutes from their rollups), with the oldest ready job's wait.
+    own_lanes: a tenant's, lane by lane from its own lanes; else every lane."""
+    await roll_up_endings(db)
     rows = await db.fetch(*statement("dashboard_queue").bind(own_lanes=own_lanes, cap=OPEN_COUNT_CAP))
     return [dict(r) for r in rows]
 

@@ -2,12 +2,11 @@
 -- yet due), running, and the done, failed and cancelled of the last day, with the age in seconds of
 -- the oldest job that is due and waiting. Row-level security keeps a tenant to its own jobs.
 --
--- The last day's endings: an admin's a range of jobs_finished_idx, never the history
--- before the day (it grows with the day's endings); a tenant's lane by lane from its own
--- lanes, off jobs_lane_list_idx, so a tenant's dashboard never reads another tenant's jobs. The lane is named by a one-value range, not
--- an equality: the planner takes an equality with an unknown lane to match 1/(lanes) of
--- the table, which on a table with few lanes made a scan of every finished job look
--- cheaper than the lane's index (300,000 read for 13).
+-- The last day's endings: the minutes rolled up (job_endings_by_minute, migration 0055;
+-- the caller rolls closed minutes up first) from their rows, an admin's the every-lane
+-- rows, a tenant's lane by lane from its own lanes; the rest of the day live, a range of
+-- jobs_finished_idx: the part of the first minute inside the day, and the minutes since
+-- the last rolled up (a few). Row-level security keeps a tenant's live endings its own.
 --
 -- Open jobs: ready and waiting are counted up to :cap (ready_more / waiting_more: there
 -- are more), per type from app_pending_types(), so a backlog of any size reads at most
@@ -52,20 +51,27 @@ WITH own AS MATERIALIZED (  -- the caller's lanes, read once for every probe bel
     SELECT type, ready, waiting, 0 AS running, oldest_ready FROM pending WHERE ready > 0 OR waiting > 0
     UNION ALL
     SELECT type, 0, 0, count(*)::int, NULL FROM jobs WHERE status = 'running' GROUP BY type
+), rolled AS MATERIALIZED (  -- the day's minutes read from their rows: [lo, hi)
+    SELECT greatest(day_minute, m.rolled_from) AS lo, greatest(day_minute, m.rolled_from, m.rolled_to) AS hi
+    FROM (SELECT date_trunc('minute', now() - interval '1 day') + interval '1 minute' AS day_minute) d
+    LEFT JOIN job_endings_rolled m ON true  -- no row: none rolled up (greatest leaves out NULLs)
 ), ended AS (
-    SELECT type, status FROM jobs
-    WHERE NOT :own_lanes AND status IN ('done', 'failed', 'cancelled') AND finished_at > now() - interval '1 day'
+    SELECT e.type, e.status, e.jobs
+    FROM rolled r JOIN job_endings_by_minute e ON e.lane IS NULL AND e.minute >= r.lo AND e.minute < r.hi
+    WHERE NOT :own_lanes
     UNION ALL
-    SELECT f.type, f.status
-    FROM own l
+    SELECT e.type, e.status, e.jobs
+    FROM rolled r CROSS JOIN own l
     CROSS JOIN LATERAL (
-        SELECT type, status FROM jobs
-        WHERE lane >= l.id AND lane <= l.id
-          AND lane <> '00000000-0000-0000-0000-000000000000'
-          AND status IN ('done', 'failed', 'cancelled') AND finished_at > now() - interval '1 day'
-        OFFSET 0  -- lane by lane: not flattened into a join against every ending
-    ) f
+        SELECT type, status, jobs FROM job_endings_by_minute WHERE lane = l.id AND minute >= r.lo AND minute < r.hi
+    ) e
     WHERE :own_lanes
+    UNION ALL
+    SELECT type, status, 1 FROM rolled r JOIN jobs ON finished_at > now() - interval '1 day' AND finished_at < r.lo
+    WHERE status IN ('done', 'failed', 'cancelled')
+    UNION ALL
+    SELECT type, status, 1 FROM rolled r JOIN jobs ON finished_at >= r.hi
+    WHERE status IN ('done', 'failed', 'cancelled')
 )
 SELECT type, least(coalesce(o.ready, 0), :cap) AS ready, coalesce(o.ready, 0) > :cap AS ready_more,
        least(coalesce(o.waiting, 0), :cap) AS waiting, coalesce(o.waiting, 0) > :cap AS waiting_more,
@@ -79,9 +85,9 @@ FROM (
     GROUP BY type
 ) o
 FULL JOIN (
-    SELECT type, count(*) FILTER (WHERE status = 'done')::int AS done,
-           count(*) FILTER (WHERE status = 'failed')::int AS failed,
-           count(*) FILTER (WHERE status = 'cancelled')::int AS cancelled
+    SELECT type, sum(jobs) FILTER (WHERE status = 'done')::int AS done,
+           sum(jobs) FILTER (WHERE status = 'failed')::int AS failed,
+           sum(jobs) FILTER (WHERE status = 'cancelled')::int AS cancelled
     FROM ended
     GROUP BY type
 ) f USING (type)

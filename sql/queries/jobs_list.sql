@@ -7,10 +7,15 @@
 -- seven optional filters, reads and sorts every job instead (32,529 buffers at 1M jobs).
 -- With :error the page walks jobs_error_idx back instead: only the jobs that have an error
 -- (migration 0052; `last_error IS NOT NULL` names the index's predicate).
-SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
+-- With :until the walk starts at job_id_bound(:until) (migration 0055): a job's id is made
+-- when its row is written, after its transaction began (created_at), so a job created
+-- before :until whose id came within a minute has an id below it; the others (created_at
+-- set by hand, a long transaction, a random id) are read off jobs_created_apart_idx above it.
+(SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
        run_id, batch_id, lane, total, progress, created_at, finished_at
 FROM jobs
-WHERE id < coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff')
+WHERE id < least(coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'),
+                 coalesce(job_id_bound(:until::timestamptz), 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
   AND (:status::text IS NULL OR status = :status)
   AND (:type::text IS NULL OR type = :type)
   AND (:lane::uuid IS NULL OR lane = :lane)
@@ -18,5 +23,24 @@ WHERE id < coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff')
   AND (:since::timestamptz IS NULL OR created_at >= :since)
   AND (:until::timestamptz IS NULL OR created_at < :until)
   AND (:error::text IS NULL OR last_error IS NOT NULL AND strpos(lower(last_error), lower(:error)) > 0)
+ORDER BY id DESC
+LIMIT :limit)
+UNION ALL
+(SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
+       run_id, batch_id, lane, total, progress, created_at, finished_at
+FROM jobs
+WHERE :until::timestamptz IS NOT NULL
+  AND (job_id_time(id) - created_at > interval '1 minute') IS NOT FALSE  -- jobs_created_apart_idx
+  AND id >= job_id_bound(:until)
+  AND id < coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff')
+  AND (:status::text IS NULL OR status = :status)
+  AND (:type::text IS NULL OR type = :type)
+  AND (:lane::uuid IS NULL OR lane = :lane)
+  AND (:batch_id::uuid IS NULL OR batch_id = :batch_id)
+  AND (:since::timestamptz IS NULL OR created_at >= :since)
+  AND (:until::timestamptz IS NULL OR created_at < :until)
+  AND (:error::text IS NULL OR last_error IS NOT NULL AND strpos(lower(last_error), lower(:error)) > 0)
+ORDER BY id DESC
+LIMIT :limit)
 ORDER BY id DESC
 LIMIT :limit

@@ -9,6 +9,8 @@
 -- [since, until), :error text in last_error (each optional), :after the cursor's job, :limit
 -- how many, :lanes the lanes to read (never the all-zero lane; NULL: the caller's own).
 -- With :error each lane is walked off jobs_error_lane_idx: only its jobs that have an error.
+-- With :until each lane is walked back from job_id_bound(:until), and the jobs above it that
+-- were created before :until read off jobs_created_apart_idx: see jobs_list.sql.
 -- Run with a plan made for the values (list_jobs): a generic one reads every job of the
 -- lanes rather than :limit of each.
 SELECT *
@@ -23,7 +25,8 @@ FROM (
         FROM jobs
         WHERE lane >= l.id AND lane <= l.id  -- the lane, without an equality: see the ORDER BY
           AND lane <> '00000000-0000-0000-0000-000000000000' AND status <> 'running'
-          AND id < coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff')
+          AND id < least(coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'),
+                         coalesce(job_id_bound(:until::timestamptz), 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
           AND (:status::text IS NULL OR status = :status)
           AND (:type::text IS NULL OR type = :type)
           AND (:batch_id::uuid IS NULL OR batch_id = :batch_id)
@@ -38,6 +41,27 @@ FROM (
         ORDER BY lane DESC, id DESC
         LIMIT :limit
     ) j
+    UNION ALL
+    -- the lanes' jobs created before :until whose ids lie above job_id_bound(:until)
+    (SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
+            run_id, batch_id, lane, total, progress, created_at, finished_at
+     FROM jobs
+     WHERE :until::timestamptz IS NOT NULL
+       AND (job_id_time(id) - created_at > interval '1 minute') IS NOT FALSE  -- jobs_created_apart_idx
+       AND id >= job_id_bound(:until)
+       AND id < coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff')
+       AND lane IN (SELECT id FROM lanes WHERE :lanes::uuid[] IS NULL AND (:lane::uuid IS NULL OR id = :lane)
+                    UNION ALL
+                    SELECT unnest(:lanes::uuid[]))
+       AND lane <> '00000000-0000-0000-0000-000000000000' AND status <> 'running'
+       AND (:status::text IS NULL OR status = :status)
+       AND (:type::text IS NULL OR type = :type)
+       AND (:batch_id::uuid IS NULL OR batch_id = :batch_id)
+       AND (:since::timestamptz IS NULL OR created_at >= :since)
+       AND created_at < :until
+       AND (:error::text IS NULL OR last_error IS NOT NULL AND strpos(lower(last_error), lower(:error)) > 0)
+     ORDER BY id DESC
+     LIMIT :limit)
     UNION ALL
     SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
            run_id, batch_id, lane, total, progress, created_at, finished_at
