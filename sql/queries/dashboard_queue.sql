@@ -57,21 +57,24 @@ WITH own AS MATERIALIZED (  -- the caller's lanes, read once for every probe bel
     LEFT JOIN job_endings_rolled m ON true  -- no row: none rolled up (greatest leaves out NULLs)
 ), ended AS (
     SELECT e.type, e.status, e.jobs
-    FROM rolled r JOIN job_endings_by_minute e ON e.lane IS NULL AND e.minute >= r.lo AND e.minute < r.hi
-    WHERE NOT :own_lanes
+    FROM job_endings_by_minute e
+    WHERE e.lane IS NULL AND e.minute >= (SELECT lo FROM rolled) AND e.minute < (SELECT hi FROM rolled)
+      AND NOT :own_lanes
     UNION ALL
     SELECT e.type, e.status, e.jobs
-    FROM rolled r CROSS JOIN own l
+    FROM own l
     CROSS JOIN LATERAL (
-        SELECT type, status, jobs FROM job_endings_by_minute WHERE lane = l.id AND minute >= r.lo AND minute < r.hi
+        SELECT type, status, jobs FROM job_endings_by_minute
+        WHERE lane = l.id AND minute >= (SELECT lo FROM rolled) AND minute < (SELECT hi FROM rolled)
     ) e
     WHERE :own_lanes
     UNION ALL
-    SELECT type, status, 1 FROM rolled r JOIN jobs ON finished_at > now() - interval '1 day' AND finished_at < r.lo
-    WHERE status IN ('done', 'failed', 'cancelled')
+    SELECT type, status, 1 FROM jobs
+    WHERE finished_at > now() - interval '1 day' AND finished_at < (SELECT lo FROM rolled)
+      AND status IN ('done', 'failed', 'cancelled')
     UNION ALL
-    SELECT type, status, 1 FROM rolled r JOIN jobs ON finished_at >= r.hi
-    WHERE status IN ('done', 'failed', 'cancelled')
+    SELECT type, status, 1 FROM jobs
+    WHERE finished_at >= (SELECT hi FROM rolled) AND status IN ('done', 'failed', 'cancelled')
 )
 SELECT type, least(coalesce(o.ready, 0), :cap) AS ready, coalesce(o.ready, 0) > :cap AS ready_more,
        least(coalesce(o.waiting, 0), :cap) AS waiting, coalesce(o.waiting, 0) > :cap AS waiting_more,

@@ -12,27 +12,29 @@ WITH rolled AS MATERIALIZED (  -- the minutes read from their rows: [lo, hi)
     LEFT JOIN job_endings_rolled m ON true  -- no row: none rolled up (greatest leaves out NULLs)
 ), ended AS (
     SELECT e.minute AS at, e.type, e.status, e.jobs, e.waits, e.wait_counts
-    FROM rolled r JOIN job_endings_by_minute e ON e.lane IS NULL AND e.minute >= r.lo AND e.minute < r.hi
-    WHERE NOT :own_lanes::boolean AND e.status IN ('done', 'failed')
+    FROM job_endings_by_minute e
+    WHERE e.lane IS NULL AND e.minute >= (SELECT lo FROM rolled) AND e.minute < (SELECT hi FROM rolled)
+      AND NOT :own_lanes::boolean AND e.status IN ('done', 'failed')
     UNION ALL
     SELECT e.minute, e.type, e.status, e.jobs, e.waits, e.wait_counts
-    FROM rolled r CROSS JOIN (SELECT id FROM lanes WHERE :own_lanes) l
+    FROM (SELECT id FROM lanes WHERE :own_lanes) l
     CROSS JOIN LATERAL (
         SELECT * FROM job_endings_by_minute
-        WHERE lane = l.id AND minute >= r.lo AND minute < r.hi AND status IN ('done', 'failed')
+        WHERE lane = l.id AND minute >= (SELECT lo FROM rolled) AND minute < (SELECT hi FROM rolled)
+          AND status IN ('done', 'failed')
     ) e
     UNION ALL
     SELECT finished_at, type, status, 1,
            CASE WHEN locked_at IS NULL THEN '{}' ELSE ARRAY[job_wait_class(locked_at, run_after)] END,
            CASE WHEN locked_at IS NULL THEN '{}' ELSE '{1}'::bigint[] END
-    FROM rolled r JOIN jobs ON finished_at >= :since AND finished_at < r.lo
-    WHERE status IN ('done', 'failed')
+    FROM jobs
+    WHERE finished_at >= :since AND finished_at < (SELECT lo FROM rolled) AND status IN ('done', 'failed')
     UNION ALL
     SELECT finished_at, type, status, 1,
            CASE WHEN locked_at IS NULL THEN '{}' ELSE ARRAY[job_wait_class(locked_at, run_after)] END,
            CASE WHEN locked_at IS NULL THEN '{}' ELSE '{1}'::bigint[] END
-    FROM rolled r JOIN jobs ON finished_at >= r.hi
-    WHERE status IN ('done', 'failed')
+    FROM jobs
+    WHERE finished_at >= (SELECT hi FROM rolled) AND status IN ('done', 'failed')
 ), bucketed AS (
     SELECT *, date_bin(make_interval(secs => :bucket_seconds), at, 'epoch'::timestamptz) AS bucket FROM ended
 )
