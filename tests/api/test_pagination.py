@@ -246,7 +246,7 @@ async def test_a_deep_page_reads_the_index_not_the_table(pool):
         plan = await explain(conn, sql, tuple(args), mode="force_custom_plan")
     assert "Index Scan Backward using jobs_pkey" in plan, plan
     assert f"Index Cond: (id < '{last_id}'::uuid)" in plan, plan  # from the cursor on
-    assert "Sort" not in plan, plan
+    assert not re.search(r"Sort \(actual[^\n]*rows=[1-9]", plan), plan  # nothing sorted (no until: its branch is off)
     assert "rows=51" in plan and "Rows Removed by Filter" not in plan, plan
 
 
