@@ -46,6 +46,9 @@ WITH done AS (
     LEFT JOIN LATERAL (SELECT l.served FROM job_lanes l WHERE l.lane = j.lane AND l.type = j.type
                        ORDER BY l.epoch DESC LIMIT 1) l ON true
     WHERE j.type = :type AND j.status = 'running'
+      -- from the type's floor: no running job was locked before it, and the entries before
+      -- it are jobs that ended, kept while a snapshot is held (docs/queue.md#a-shared-database)
+      AND j.locked_at >= job_running_floor(:type)
       AND j.locked_at < now() - make_interval(secs => :lease_seconds)
       AND j.attempts < :max_attempts
       AND NOT coalesce(r.paused, false)
@@ -232,7 +235,8 @@ WITH done AS (
     SELECT job_lanes_fold_if_due() AS folded
 ), claimed AS (
     UPDATE jobs
-    SET status = 'running', locked_at = now(), attempts = jobs.attempts + 1, run_id = :run_id
+    -- locked when written, not when the transaction began: job_running_floor counts on it
+    SET status = 'running', locked_at = clock_timestamp(), attempts = jobs.attempts + 1, run_id = :run_id
     -- an id array, not a join: the planner cannot know `picked` is small and would
     -- otherwise hash-join it against the whole table, done history included
     WHERE jobs.id = ANY (ARRAY(SELECT id FROM picked))

@@ -63,6 +63,9 @@ WITH held AS (
     LEFT JOIN LATERAL (SELECT l.served FROM job_lanes l WHERE l.lane = j.lane AND l.type = j.type
                        ORDER BY l.epoch DESC LIMIT 1) l ON true
     WHERE j.type = :type AND j.status = 'running'
+      -- from the type's floor: no running job was locked before it, and the entries before
+      -- it are jobs that ended, kept while a snapshot is held (docs/queue.md#a-shared-database)
+      AND j.locked_at >= job_running_floor(:type)
       AND j.locked_at < now() - make_interval(secs => :lease_seconds)
       AND j.attempts < :max_attempts
       AND NOT coalesce(r.paused, false)
@@ -97,7 +100,8 @@ WITH held AS (
     SELECT job_lanes_fold_if_due() AS folded
 ), claimed AS (
     UPDATE jobs
-    SET status = 'running', locked_at = now(), attempts = jobs.attempts + 1, run_id = :run_id
+    -- locked when written, not when the transaction began: job_running_floor counts on it
+    SET status = 'running', locked_at = clock_timestamp(), attempts = jobs.attempts + 1, run_id = :run_id
     WHERE jobs.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING jobs.id, jobs.type, jobs.payload, jobs.attempts, jobs.lane, jobs.run_id, jobs.batch_id,
               jobs.dedupe_key, jobs.created_at, jobs.trace_context,
