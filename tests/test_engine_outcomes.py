@@ -45,7 +45,7 @@ async def test_bulk_enqueue_dedupes_within_the_call_and_against_open_jobs(pool):
 async def test_plain_insert_from_any_client_is_claimable(pool):
     await pool.execute("INSERT INTO jobs (type, payload, dedupe_key) VALUES ('t', '{\"x\": 1}', 'p')")
     await pool.execute("INSERT INTO jobs (type, payload, dedupe_key) VALUES ('t', '{}', 'p') "
-                       "ON CONFLICT (lane, dedupe_key) WHERE status IN ('pending', 'running') DO NOTHING")
+                       "ON CONFLICT (lane, dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING")
     [job] = await q.claim(pool, f.lease(), await f.run(pool), 5)
     assert job.payload == {"x": 1}
 

@@ -126,7 +126,7 @@ async def test_a_window_or_a_replace_without_a_key_and_a_bad_window_are_refused(
 async def test_plain_sql_names_the_window_and_meets_it(pool):
     """The INSERT docs/scheduling.md shows, with its unique_for, is a no-op inside the window."""
     insert = ("INSERT INTO jobs (type, dedupe_key, unique_for) VALUES ('digest', 'acct:1', interval '1 hour') "
-              "ON CONFLICT (lane, dedupe_key) WHERE status IN ('pending', 'running') DO NOTHING RETURNING id")
+              "ON CONFLICT (lane, dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING RETURNING id")
     job_id = await pool.fetchval(insert)
     await end(pool, job_id, "done")
     assert await pool.fetchval(insert) is None

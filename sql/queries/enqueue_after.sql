@@ -6,5 +6,5 @@ INSERT INTO jobs (type, payload, dedupe_key, lane, run_after, trace_context, uni
 VALUES (:type, coalesce(:payload::jsonb, '{}'), :dedupe_key, coalesce(:lane::uuid, '00000000-0000-0000-0000-000000000000'),
         coalesce(:run_after::timestamptz, now()), :trace_context, make_interval(secs => :unique_for::float8),
         :parents::uuid[], :run_anyway)
-ON CONFLICT (lane, dedupe_key) WHERE status IN ('pending', 'running') DO NOTHING
+ON CONFLICT (lane, dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
 RETURNING id

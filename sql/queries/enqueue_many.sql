@@ -9,5 +9,5 @@ SELECT u.type, coalesce(u.payload, '{}'), u.dedupe_key,
 FROM unnest(:types::text[], :payloads::jsonb[], :dedupe_keys::text[], :lanes::uuid[], :run_afters::timestamptz[], :batch_ids::uuid[], :totals::int[],
             :trace_contexts::text[], :unique_fors::float8[])
      AS u(type, payload, dedupe_key, lane, run_after, batch_id, total, trace_context, unique_for)
-ON CONFLICT (lane, dedupe_key) WHERE status IN ('pending', 'running') DO NOTHING
+ON CONFLICT (lane, dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
 RETURNING id, type

@@ -11,7 +11,7 @@ SELECT fresh.id, :type, coalesce(:payload::jsonb, '{}'), :dedupe_key,
        coalesce(:lane::uuid, '00000000-0000-0000-0000-000000000000'), coalesce(:run_after::timestamptz, now()),
        :batch_id, :total, make_interval(secs => :unique_for::float8), :trace_context
 FROM fresh
-ON CONFLICT (lane, dedupe_key) WHERE status IN ('pending', 'running')
+ON CONFLICT (lane, dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running')
 DO UPDATE SET payload = excluded.payload, run_after = excluded.run_after, unique_for = excluded.unique_for,
               trace_context = coalesce(excluded.trace_context, jobs.trace_context)
     WHERE jobs.status = 'pending' AND jobs.type = excluded.type

@@ -18,5 +18,5 @@ INSERT INTO jobs (type, payload, dedupe_key)
 SELECT due.type, jsonb_build_object('period', due.period), due.dedupe_key
 FROM ticked JOIN due ON ticked.task = 'stage:' || due.type AND ticked.period = due.period
 ORDER BY due.type, due.period
-ON CONFLICT (lane, dedupe_key) WHERE status IN ('pending', 'running') DO NOTHING
+ON CONFLICT (lane, dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
 RETURNING type

@@ -12,5 +12,5 @@ WITH due AS (
 )
 INSERT INTO jobs (type, payload, dedupe_key)
 SELECT 'maintenance', jsonb_build_object('task', task), 'maintenance:' || task FROM ticked
-ON CONFLICT (lane, dedupe_key) WHERE status IN ('pending', 'running') DO NOTHING
+ON CONFLICT (lane, dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
 RETURNING payload ->> 'task' AS task
