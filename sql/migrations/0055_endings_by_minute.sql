@@ -7,14 +7,16 @@
 --    (app_roll_up_endings), so a day is about 1,440 rows per type and status for an
 --    admin, at most a row per lane, type, status and minute for a tenant (never more
 --    rows than endings), instead of a heap row per ending.
--- 2. GET /jobs with `until` walks the key back from the id `until` bounds (ids are made
---    from the clock when the row is written, created_at when its transaction began), and
---    the few jobs whose created_at is well before their id's time off a partial index.
+-- 2. GET /jobs with `until` (and `since`) walks the key between the ids they bound (ids
+--    are made from the clock when the row is written, created_at when its transaction
+--    began), and the few jobs whose created_at is a minute or more from their id's time
+--    off a partial index.
 
 -- A wait's class in a fixed log scale: 0 under a millisecond (a wait of 0 included), then
--- four classes per doubling from 1 ms (each class spans a factor 2^(1/4)). Merging the
--- classes of many minutes gives percentiles within 2^(1/8) (9%) of the exact ones, or
--- under a millisecond off below 1 ms.
+-- four classes per doubling from 1 ms (each class spans a factor 2^(1/4)). A percentile
+-- taken over the classes of many minutes, each wait standing for its class's middle
+-- (wait_class_seconds), is within 2^(1/8) (9%) of the exact one, or under a millisecond off
+-- below 1 ms.
 CREATE FUNCTION wait_class(seconds float8) RETURNS smallint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
     SELECT CASE WHEN seconds < 0.001 THEN 0
@@ -35,21 +37,6 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                 THEN wait_class(greatest(extract(epoch FROM locked_at - run_after), 0)::float8) END
 $$;
 
--- The p-th percentile (0..1) of waits given as classes and their counts, interpolated
--- between neighbouring ranks as percentile_cont is: NULL when there are none.
-CREATE FUNCTION wait_percentile(classes smallint[], counts bigint[], p float8) RETURNS float8
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    WITH h AS (
-        SELECT class, sum(n) OVER (ORDER BY class) AS upto, sum(n) OVER () AS total
-        FROM unnest(classes, counts) AS u(class, n)
-    ), r AS (SELECT p * (max(total) - 1) AS rank FROM h)
-    SELECT (SELECT wait_class_seconds(class) FROM h WHERE upto > floor(rank) ORDER BY class LIMIT 1)
-               * (1 - (rank - floor(rank)))
-           + coalesce((SELECT wait_class_seconds(class) FROM h WHERE upto > ceil(rank) ORDER BY class LIMIT 1), 0)
-               * (rank - floor(rank))
-    FROM r
-$$;
-
 -- Jobs that ended in a minute, per lane, type and ending status; lane NULL: every lane's
 -- (what an admin reads). waits: the classes of the claimed ones' last waits (due to
 -- claimed), wait_counts how many in each. Written only by app_roll_up_endings.
@@ -62,8 +49,10 @@ CREATE TABLE job_endings_by_minute (
     waits       smallint[] NOT NULL,
     wait_counts bigint[] NOT NULL
 );
--- lane first: a tenant reads its lanes one by one; an admin the NULL lane's minutes
-CREATE UNIQUE INDEX job_endings_by_minute_uq ON job_endings_by_minute (lane, minute, type, status) NULLS NOT DISTINCT;
+-- lane first: a tenant reads its lanes one by one, an admin the NULL lane's minutes, each a
+-- run of entries that holds the figures (an index-only scan, not a heap page per row)
+CREATE UNIQUE INDEX job_endings_by_minute_uq ON job_endings_by_minute (lane, minute, type, status)
+    INCLUDE (jobs, waits, wait_counts) NULLS NOT DISTINCT;
 
 -- The minutes rolled up: every minute in [rolled_from, rolled_to) has its rows (none when
 -- no job ended in it), no other minute has any. One row; none reads as none rolled up.
@@ -152,19 +141,25 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
                 THEN to_timestamp(('x' || left(encode(uuid_send(id), 'hex'), 12))::bit(48)::bigint / 1000.0) END
 $$;
 
--- The smallest id above every version 7 id of a job created before `until` whose id was
--- made within a minute of its created_at: GET /jobs walks the key back from it. IMMUTABLE
--- (an epoch and a minute do not depend on the time zone), so a plan made for the values
--- holds the bound as a constant and sees how few jobs lie below it.
+-- Bounds on the ids of the jobs created in [since, until) whose id was made within a
+-- minute of their created_at: every such id (version 7) lies in [job_id_floor(since),
+-- job_id_bound(until)), which GET /jobs walks. IMMUTABLE (an epoch and a minute do not
+-- depend on the time zone), so a plan made for the values holds the bounds as constants
+-- and sees how few jobs lie between them.
 CREATE FUNCTION job_id_bound(until timestamptz) RETURNS uuid
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
     SELECT encode(substring(int8send(floor(extract(epoch FROM until + interval '1 minute') * 1000)::bigint + 1) FROM 3)
                   || '\x00000000000000000000'::bytea, 'hex')::uuid
 $$;
+CREATE FUNCTION job_id_floor(since timestamptz) RETURNS uuid
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT encode(substring(int8send(floor(extract(epoch FROM since - interval '1 minute') * 1000)::bigint) FROM 3)
+                  || '\x00000000000000000000'::bytea, 'hex')::uuid
+$$;
 
--- The jobs whose id was made more than a minute after their created_at (a transaction
--- that ran long, created_at set by hand, an id not of version 7): the ones job_id_bound
--- does not bound. Partial: a job created the usual way writes no entry; every row
--- version computes the predicate (a few byte reads), as every partial index's.
+-- The jobs whose id was made more than a minute from their created_at (a transaction that
+-- ran long, created_at set by hand, an id not of version 7): the ones those bounds do not
+-- hold. Partial: a job created the usual way writes no entry; every row version computes
+-- the predicate (a few byte reads), as every partial index's.
 CREATE INDEX jobs_created_apart_idx ON jobs (id)
-    WHERE (job_id_time(id) - created_at > interval '1 minute') IS NOT FALSE;
+    WHERE (job_id_time(id) - created_at BETWEEN interval '-1 minute' AND interval '1 minute') IS NOT TRUE;

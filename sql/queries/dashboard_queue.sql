@@ -66,6 +66,7 @@ WITH own AS MATERIALIZED (  -- the caller's lanes, read once for every probe bel
     CROSS JOIN LATERAL (
         SELECT type, status, jobs FROM job_endings_by_minute
         WHERE lane = l.id AND minute >= (SELECT lo FROM rolled) AND minute < (SELECT hi FROM rolled)
+        OFFSET 0  -- lane by lane: not flattened into a join against every lane's rows
     ) e
     WHERE :own_lanes
     UNION ALL

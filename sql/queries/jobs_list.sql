@@ -7,15 +7,17 @@
 -- seven optional filters, reads and sorts every job instead (32,529 buffers at 1M jobs).
 -- With :error the page walks jobs_error_idx back instead: only the jobs that have an error
 -- (migration 0052; `last_error IS NOT NULL` names the index's predicate).
--- With :until the walk starts at job_id_bound(:until) (migration 0055): a job's id is made
--- when its row is written, after its transaction began (created_at), so a job created
--- before :until whose id came within a minute has an id below it; the others (created_at
--- set by hand, a long transaction, a random id) are read off jobs_created_apart_idx above it.
+-- With :until or :since the walk runs between job_id_floor(:since) and job_id_bound(:until)
+-- (migration 0055): a job's id is made when its row is written, its created_at when its
+-- transaction began, so a job created in [since, until) whose id came within a minute of
+-- its created_at has an id between them; the others (created_at set by hand, a long
+-- transaction, a random id) are read off jobs_created_apart_idx, outside the bounds.
 (SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
        run_id, batch_id, lane, total, progress, created_at, finished_at
 FROM jobs
 WHERE id < least(coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'),
                  coalesce(job_id_bound(:until::timestamptz), 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+  AND (:since::timestamptz IS NULL OR id >= job_id_floor(:since))
   AND (:status::text IS NULL OR status = :status)
   AND (:type::text IS NULL OR type = :type)
   AND (:lane::uuid IS NULL OR lane = :lane)
@@ -29,9 +31,11 @@ UNION ALL
 (SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
        run_id, batch_id, lane, total, progress, created_at, finished_at
 FROM jobs
-WHERE :until::timestamptz IS NOT NULL
-  AND (job_id_time(id) - created_at > interval '1 minute') IS NOT FALSE  -- jobs_created_apart_idx
-  AND id >= job_id_bound(:until)
+WHERE (:until::timestamptz IS NOT NULL OR :since::timestamptz IS NOT NULL)
+  -- jobs_created_apart_idx's predicate
+  AND (job_id_time(id) - created_at BETWEEN interval '-1 minute' AND interval '1 minute') IS NOT TRUE
+  AND (id >= coalesce(job_id_bound(:until), 'ffffffff-ffff-ffff-ffff-ffffffffffff')
+       OR id < coalesce(job_id_floor(:since), '00000000-0000-0000-0000-000000000000'))
   AND id < coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff')
   AND (:status::text IS NULL OR status = :status)
   AND (:type::text IS NULL OR type = :type)

@@ -17,11 +17,12 @@ WITH rolled AS MATERIALIZED (  -- the minutes read from their rows: [lo, hi)
       AND NOT :own_lanes::boolean AND e.status IN ('done', 'failed')
     UNION ALL
     SELECT e.minute, e.type, e.status, e.jobs, e.waits, e.wait_counts
-    FROM (SELECT id FROM lanes WHERE :own_lanes) l
+    FROM (SELECT id FROM lanes WHERE :own_lanes OFFSET 0) l
     CROSS JOIN LATERAL (
         SELECT * FROM job_endings_by_minute
         WHERE lane = l.id AND minute >= (SELECT lo FROM rolled) AND minute < (SELECT hi FROM rolled)
           AND status IN ('done', 'failed')
+        OFFSET 0  -- lane by lane: not flattened into a join against every lane's rows
     ) e
     UNION ALL
     SELECT finished_at, type, status, 1,
@@ -37,10 +38,23 @@ WITH rolled AS MATERIALIZED (  -- the minutes read from their rows: [lo, hi)
     WHERE finished_at >= (SELECT hi FROM rolled) AND status IN ('done', 'failed')
 ), bucketed AS (
     SELECT *, date_bin(make_interval(secs => :bucket_seconds), at, 'epoch'::timestamptz) AS bucket FROM ended
+), classes AS (  -- per stage, bucket and wait class: how many, and how many up to it
+    SELECT type, bucket, class, n, sum(n) OVER (PARTITION BY type, bucket ORDER BY class) AS upto,
+           sum(n) OVER (PARTITION BY type, bucket) AS total
+    FROM (SELECT type, bucket, w.class, sum(w.n) AS n
+          FROM bucketed CROSS JOIN LATERAL unnest(waits, wait_counts) AS w(class, n)
+          GROUP BY type, bucket, w.class) c
+), percentiles AS (
+    -- percentile_cont's ranks, p(N - 1) from 0, between its two neighbouring waits: each the
+    -- first class whose running count passes it
+    SELECT type, bucket, p, r - floor(r) AS frac,
+           wait_class_seconds(min(class) FILTER (WHERE upto > floor(r))) AS below,
+           wait_class_seconds(min(class) FILTER (WHERE upto > ceil(r))) AS above
+    FROM classes CROSS JOIN LATERAL (VALUES (0.5::float8), (0.95)) AS q(p)
+         CROSS JOIN LATERAL (SELECT p * (total - 1) AS r) k
+    GROUP BY type, bucket, p, r
 )
-SELECT c.type, c.bucket, c.done, c.failed,
-       wait_percentile(w.classes, w.counts, 0.5) AS wait_p50,
-       wait_percentile(w.classes, w.counts, 0.95) AS wait_p95
+SELECT c.type, c.bucket, c.done, c.failed, w.wait_p50, w.wait_p95
 FROM (
     SELECT type, bucket, coalesce(sum(jobs) FILTER (WHERE status = 'done'), 0)::int AS done,
            coalesce(sum(jobs) FILTER (WHERE status = 'failed'), 0)::int AS failed
@@ -48,8 +62,9 @@ FROM (
     GROUP BY type, bucket
 ) c
 LEFT JOIN (
-    SELECT type, bucket, array_agg(w.class) AS classes, array_agg(w.n) AS counts
-    FROM bucketed CROSS JOIN LATERAL unnest(waits, wait_counts) AS w(class, n)
+    SELECT type, bucket, max(below + frac * (above - below)) FILTER (WHERE p = 0.5) AS wait_p50,
+           max(below + frac * (above - below)) FILTER (WHERE p = 0.95) AS wait_p95
+    FROM percentiles
     GROUP BY type, bucket
 ) w USING (type, bucket)
 ORDER BY c.type, c.bucket

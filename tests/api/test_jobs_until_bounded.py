@@ -1,6 +1,6 @@
-"""GET /jobs with `until` (migration 0055): the page walks the key back from the id that
-`until` bounds, and reads the jobs whose created_at lies well before their id's time (set
-by hand, a long transaction, a random id) off jobs_created_apart_idx. Every job that
+"""GET /jobs with `until` and `since` (migration 0055): the page walks the key between the
+ids they bound, and reads the jobs whose created_at lies a minute or more from their id's
+time (set by hand, a long transaction, a random id) off jobs_created_apart_idx. Every job that
 matches is listed, in order, for an admin and a tenant; what a page reads stays flat as
 newer jobs come by the ten thousand."""
 
@@ -38,6 +38,11 @@ async def _history(pool, lanes) -> None:
         # a transaction that ran long: its job's id a few minutes after its created_at
         await pool.execute("INSERT INTO jobs (type, lane, created_at) VALUES ('slow', $1, now() - interval '5 minutes')",
                            lane)
+        # created_at set later than the id's time
+        await pool.execute("INSERT INTO jobs (id, type, lane, created_at) "
+                           "SELECT encode(substring(int8send(floor(extract(epoch FROM now() - interval '3 days') * 1000)::bigint) "
+                           "FROM 3) || substring(uuid_send(gen_random_uuid()) FROM 7), 'hex')::uuid, 'later', $1, "
+                           "now() - interval '1 day'", lane)
 
 
 async def _all_pages(conn, where: job_admin.JobFilter, own_lanes: bool, limit: int) -> list:
@@ -56,18 +61,19 @@ async def test_until_lists_every_job_created_before_it(pool):
     admin = await f.tenant(pool, "root@a.example", admin=True)
     await _history(pool, [alice.lane, await f.lane(pool, alice.user_id), bob.lane, await f.lane(pool, None)])
     now = datetime.now(timezone.utc)
-    apart = await pool.fetchval("SELECT count(*) FROM jobs WHERE (job_id_time(id) - created_at > interval '1 minute') "
-                                "IS NOT FALSE")
-    assert apart == 4 * 11, apart  # the hand-set, the random ids, the long transaction: nothing else
+    apart = await pool.fetchval("SELECT count(*) FROM jobs WHERE (job_id_time(id) - created_at "
+                                "BETWEEN interval '-1 minute' AND interval '1 minute') IS NOT TRUE")
+    assert apart == 4 * 12, apart  # set by hand, random ids, a long transaction: nothing else
     for who in (admin, alice):
         actor = await accounts.authenticate(pool, who.key)
         async with tenant_transaction(pool, actor) as conn:
             for until, since, status in ((now - timedelta(days=1), None, None), (now - timedelta(minutes=2), None, None),
                                          (now - timedelta(hours=50), now - timedelta(hours=70), None),
-                                         (now - timedelta(days=1), None, "pending"), (now + timedelta(hours=1), None, None)):
+                                         (now - timedelta(days=1), None, "pending"), (now + timedelta(hours=1), None, None),
+                                         (None, now - timedelta(hours=30), None), (None, now - timedelta(minutes=3), None)):
                 where = job_admin.JobFilter(until=until, since=since, status=status)
                 want = [r["id"] for r in await conn.fetch(
-                    "SELECT id FROM jobs WHERE created_at < $1 AND ($2::timestamptz IS NULL OR created_at >= $2) "
+                    "SELECT id FROM jobs WHERE ($1::timestamptz IS NULL OR created_at < $1) AND ($2::timestamptz IS NULL OR created_at >= $2) "
                     "AND ($3::text IS NULL OR status = $3) ORDER BY id DESC", until, since, status)]
                 got = await _all_pages(conn, where, not actor.is_admin, 7)
                 assert got == want and want, (who.key, until, since, status, len(got), len(want))
