@@ -29,7 +29,7 @@ class Window:
 
 
 WINDOWS = {w.name: w for w in (Window("hour", 60, 60), Window("day", 1800, 48))}
-# The windows read from the minutes rolled up: their buckets are whole minutes.
+# The windows read from the endings rolled up by half hour: their buckets are whole half hours.
 ROLLED_UP = {"day"}
 
 
@@ -47,7 +47,7 @@ async def stage_trends(db, window: Window, starts: list[datetime], own_lanes: bo
     name = "trends_jobs"
     if window.name in ROLLED_UP:
         await roll_up_endings(db)
-        name = "trends_jobs_by_minute"
+        name = "trends_jobs_by_half_hour"
     rows = await db.fetch(*statement(name).bind(since=starts[0], bucket_seconds=window.bucket_seconds,
                                                 own_lanes=own_lanes))
     found: dict[str, dict[datetime, Any]] = {}

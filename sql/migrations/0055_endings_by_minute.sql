@@ -38,10 +38,24 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 
 -- Jobs that ended in a minute, per lane, type and ending status; lane NULL: every lane's
--- (what an admin reads). waits: the classes of the claimed ones' last waits (due to
--- claimed), wait_counts how many in each. Written only by app_roll_up_endings.
+-- (what an admin reads). For the queue card's last day, exact to the minute.
 CREATE TABLE job_endings_by_minute (
     minute      timestamptz NOT NULL,
+    lane        uuid,
+    type        text NOT NULL,
+    status      text NOT NULL,
+    jobs        integer NOT NULL
+);
+-- lane first: a tenant reads its lanes one by one, an admin the NULL lane's minutes, each a
+-- run of entries that holds the figures (an index-only scan, not a heap page per row)
+CREATE UNIQUE INDEX job_endings_by_minute_uq ON job_endings_by_minute (lane, minute, type, status)
+    INCLUDE (jobs) NULLS NOT DISTINCT;
+
+-- The same per half hour (from the epoch, as a day of trends buckets them), with the
+-- claimed jobs' last waits (due to claimed) in classes: waits the classes, wait_counts how
+-- many in each. A half hour's row holds its minutes that are rolled up, so far.
+CREATE TABLE job_endings_by_half_hour (
+    half_hour   timestamptz NOT NULL,
     lane        uuid,
     type        text NOT NULL,
     status      text NOT NULL,
@@ -49,13 +63,23 @@ CREATE TABLE job_endings_by_minute (
     waits       smallint[] NOT NULL,
     wait_counts bigint[] NOT NULL
 );
--- lane first: a tenant reads its lanes one by one, an admin the NULL lane's minutes, each a
--- run of entries that holds the figures (an index-only scan, not a heap page per row)
-CREATE UNIQUE INDEX job_endings_by_minute_uq ON job_endings_by_minute (lane, minute, type, status)
+CREATE UNIQUE INDEX job_endings_by_half_hour_uq ON job_endings_by_half_hour (lane, half_hour, type, status)
     INCLUDE (jobs, waits, wait_counts) NULLS NOT DISTINCT;
 
--- The minutes rolled up: every minute in [rolled_from, rolled_to) has its rows (none when
--- no job ended in it), no other minute has any. One row; none reads as none rolled up.
+-- Two lists of wait classes and counts merged: each class once, its counts summed.
+CREATE FUNCTION wait_classes_merged(a_waits smallint[], a_counts bigint[], b_waits smallint[], b_counts bigint[],
+                                    OUT waits smallint[], OUT wait_counts bigint[])
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce(array_agg(class ORDER BY class), '{}'), coalesce(array_agg(n ORDER BY class), '{}')
+    FROM (SELECT class, sum(n)::bigint AS n
+          FROM (SELECT * FROM unnest(a_waits, a_counts) UNION ALL SELECT * FROM unnest(b_waits, b_counts)) u(class, n)
+          GROUP BY class) m
+$$;
+
+-- The minutes rolled up: every minute in [rolled_from, rolled_to) is in both tables (no
+-- row when no job ended in it), no other minute is (but for minutes before rolled_from
+-- in the half hour that holds it, which no window reads). One row; none reads as none
+-- rolled up.
 CREATE TABLE job_endings_rolled (
     one         boolean PRIMARY KEY DEFAULT true CHECK (one),
     rolled_from timestamptz NOT NULL,
@@ -67,7 +91,10 @@ INSERT INTO job_endings_rolled VALUES (true, '-infinity', '-infinity');
 ALTER TABLE job_endings_by_minute ENABLE ROW LEVEL SECURITY;
 CREATE POLICY tenant ON job_endings_by_minute USING ((SELECT app_is_admin()) OR lane IN
     (SELECT id FROM lanes WHERE owner_id = (SELECT app_user_id())));
-GRANT SELECT ON job_endings_by_minute, job_endings_rolled TO skiplock_api;
+ALTER TABLE job_endings_by_half_hour ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant ON job_endings_by_half_hour USING ((SELECT app_is_admin()) OR lane IN
+    (SELECT id FROM lanes WHERE owner_id = (SELECT app_user_id())));
+GRANT SELECT ON job_endings_by_minute, job_endings_by_half_hour, job_endings_rolled TO skiplock_api;
 
 -- Roll up the minutes that have closed and are not rolled up yet, within the last 25
 -- hours (what the longest window reads), and drop the rows older than that. A minute has
@@ -102,30 +129,40 @@ BEGIN
     END IF;
     IF m.rolled_to < keep_from THEN  -- a gap (nobody read for a day, or the first call): start afresh
         DELETE FROM job_endings_by_minute;
+        DELETE FROM job_endings_by_half_hour;
         m.rolled_from := keep_from;
         m.rolled_to := keep_from;
     ELSIF m.rolled_from < keep_from THEN
         DELETE FROM job_endings_by_minute WHERE minute < keep_from;
+        DELETE FROM job_endings_by_half_hour
+        WHERE half_hour < date_bin(interval '30 minutes', keep_from, 'epoch'::timestamptz);
         m.rolled_from := keep_from;
     END IF;
-    INSERT INTO job_endings_by_minute (minute, lane, type, status, jobs, waits, wait_counts)
-    SELECT minute, lane, type, status, sum(n)::int,
+    WITH ended AS MATERIALIZED (  -- the minutes' endings, read once
+        SELECT date_trunc('minute', finished_at) AS minute, lane, type, status,
+               job_wait_class(locked_at, run_after) AS class, count(*) AS n
+        FROM jobs
+        WHERE status IN ('done', 'failed', 'cancelled') AND finished_at >= m.rolled_to AND finished_at < closed
+        GROUP BY 1, 2, 3, 4, 5
+    ), minutes AS (
+        INSERT INTO job_endings_by_minute (minute, lane, type, status, jobs)
+        SELECT minute, lane, type, status, sum(n)::int FROM ended
+        GROUP BY GROUPING SETS ((minute, lane, type, status), (minute, type, status))
+    )
+    INSERT INTO job_endings_by_half_hour AS h (half_hour, lane, type, status, jobs, waits, wait_counts)
+    SELECT half_hour, lane, type, status, sum(n)::int,
            coalesce(array_agg(class ORDER BY class) FILTER (WHERE class IS NOT NULL), '{}'),
            coalesce(array_agg(n ORDER BY class) FILTER (WHERE class IS NOT NULL), '{}')
     FROM (
-        SELECT minute, lane, type, status, class, sum(n) AS n
-        FROM (
-            SELECT date_trunc('minute', finished_at) AS minute, lane, type, status,
-                   job_wait_class(locked_at, run_after) AS class,
-                   count(*) AS n
-            FROM jobs
-            WHERE status IN ('done', 'failed', 'cancelled')
-              AND finished_at >= m.rolled_to AND finished_at < closed
-            GROUP BY 1, 2, 3, 4, 5
-        ) e
-        GROUP BY GROUPING SETS ((minute, lane, type, status, class), (minute, type, status, class))
+        SELECT half_hour, lane, type, status, class, sum(n) AS n
+        FROM (SELECT date_bin(interval '30 minutes', minute, 'epoch'::timestamptz) AS half_hour, * FROM ended) e
+        GROUP BY GROUPING SETS ((half_hour, lane, type, status, class), (half_hour, type, status, class))
     ) g
-    GROUP BY minute, lane, type, status;
+    GROUP BY half_hour, lane, type, status
+    ON CONFLICT (lane, half_hour, type, status) DO UPDATE
+    SET jobs = h.jobs + excluded.jobs,
+        (waits, wait_counts) = (SELECT * FROM wait_classes_merged(h.waits, h.wait_counts, excluded.waits,
+                                                                  excluded.wait_counts));
     UPDATE job_endings_rolled SET rolled_from = m.rolled_from, rolled_to = closed;
 END
 $$;

@@ -1,4 +1,5 @@
-"""The last day's endings from minutes rolled up (migration 0055): /stats's queue card and a
+"""The last day's endings from minutes rolled up (migration 0055: per minute for the queue
+card, per half hour with the waits for a day of trends): /stats's queue card and a
 day of trends give the figures the jobs give (the wait percentiles within the classes'
 bound), an admin every lane's, a tenant its own; concurrent readers count each minute
 once; pruning a job leaves a closed minute's figures alone; and a day's read stays flat as
@@ -51,7 +52,7 @@ async def _read(conn, own_lanes: bool, since: datetime) -> tuple[list, list, lis
     statement's rows)])."""
     card = [dict(r) for r in await conn.fetch(*statement("dashboard_queue").bind(own_lanes=own_lanes, cap=OPEN_COUNT_CAP))]
     counted = [dict(r) for r in await conn.fetch(QUEUE_COUNTED, OPEN_COUNT_CAP)]
-    rolled = await conn.fetch(*statement("trends_jobs_by_minute").bind(since=since, bucket_seconds=1800, own_lanes=own_lanes))
+    rolled = await conn.fetch(*statement("trends_jobs_by_half_hour").bind(since=since, bucket_seconds=1800, own_lanes=own_lanes))
     live = await conn.fetch(*statement("trends_jobs").bind(since=since, bucket_seconds=1800, own_lanes=own_lanes))
     return _endings(card), _endings(counted), [dict(r) for r in rolled], [dict(r) for r in live]
 
@@ -146,9 +147,15 @@ async def test_concurrent_readers_count_each_minute_once(pool):
     assert rows == await pool.fetchval("SELECT count(*) FROM jobs, job_endings_rolled WHERE status = ANY($1) "
                                        "AND finished_at >= rolled_from AND finished_at < rolled_to", list(ENDED))
     assert rows == await pool.fetchval("SELECT sum(jobs) FROM job_endings_by_minute WHERE lane IS NOT NULL")
+    assert rows == await pool.fetchval("SELECT sum(jobs) FROM job_endings_by_half_hour WHERE lane IS NULL")
+    assert rows == await pool.fetchval("SELECT sum(n) FROM job_endings_by_half_hour, unnest(wait_counts) n "
+                                       "WHERE lane IS NOT NULL") + await pool.fetchval(
+        "SELECT count(*) FROM jobs, job_endings_rolled WHERE status = ANY($1) AND locked_at IS NULL "
+        "AND finished_at >= rolled_from AND finished_at < rolled_to", list(ENDED))
 
     # one rolls up and holds its transaction open: the others neither wait nor miss a minute
     await pool.execute("DELETE FROM job_endings_by_minute")
+    await pool.execute("DELETE FROM job_endings_by_half_hour")
     await pool.execute("UPDATE job_endings_rolled SET rolled_from = '-infinity', rolled_to = '-infinity'")
     async with pool.acquire() as holder, holder.transaction():
         await roll_up_endings(holder)
@@ -167,7 +174,7 @@ async def _day_reads(pool, key, since) -> dict[str, int]:
         out = {}
         for name, (sql, *args) in (
                 ("dashboard_queue", statement("dashboard_queue").bind(own_lanes=own_lanes, cap=OPEN_COUNT_CAP)),
-                ("trends_jobs_by_minute", statement("trends_jobs_by_minute").bind(since=since, bucket_seconds=1800,
+                ("trends_jobs_by_half_hour", statement("trends_jobs_by_half_hour").bind(since=since, bucket_seconds=1800,
                                                                                   own_lanes=own_lanes))):
             out[name] = buffers_touched(await explain(conn, sql, tuple(args), options="ANALYZE, BUFFERS, COSTS OFF"))
         return out
@@ -192,6 +199,7 @@ async def test_a_days_reads_stay_flat_as_jobs_end_by_the_ten_thousand(pool):
         for m in minutes:
             await _ended(pool, lane, "record", "done", m, 2.0, n=2500)
     await pool.execute("DELETE FROM job_endings_by_minute")
+    await pool.execute("DELETE FROM job_endings_by_half_hour")
     await pool.execute("UPDATE job_endings_rolled SET rolled_from = '-infinity', rolled_to = '-infinity'")
     await pool.execute("VACUUM ANALYZE jobs")
     await roll_up_endings(pool)

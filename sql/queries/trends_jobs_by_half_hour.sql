@@ -1,27 +1,28 @@
--- trends_jobs.sql's figures from the minutes rolled up (job_endings_by_minute, migration
--- 0055; the caller rolls closed minutes up first), for windows of whole minutes (:since and
--- :bucket_seconds whole minutes): per stage and bucket of :bucket_seconds, how many ended
--- done and failed, and the wait p50 and p95 in seconds, merged from the minutes' wait
--- classes (within 9% of the exact percentile, or under a millisecond off below 1 ms; see
--- wait_class). The minutes since the last rolled up are read live off jobs_finished_idx
--- and classed the same way. An admin reads the every-lane rows, a tenant its own lanes'
--- rows lane by lane; row-level security keeps a tenant's live endings its own.
-WITH rolled AS MATERIALIZED (  -- the minutes read from their rows: [lo, hi)
+-- trends_jobs.sql's figures from the endings rolled up (job_endings_by_half_hour,
+-- migration 0055; the caller rolls closed minutes up first), for buckets of whole half
+-- hours from :since (a half hour): per stage and bucket of :bucket_seconds, how many ended
+-- done and failed, and the wait p50 and p95 in seconds, taken over the half hours' wait
+-- classes, each wait standing for its class's middle (within 9% of the exact percentile,
+-- or under a millisecond off below 1 ms; see wait_class). The minutes since the last
+-- rolled up are read live off jobs_finished_idx and classed the same way. An admin reads
+-- the every-lane rows, a tenant its own lanes' rows lane by lane; row-level security keeps
+-- a tenant's live endings its own.
+WITH rolled AS MATERIALIZED (  -- the minutes read from the rollups: [lo, hi)
     SELECT greatest(since, m.rolled_from) AS lo, greatest(since, m.rolled_from, m.rolled_to) AS hi
     FROM (SELECT :since::timestamptz AS since) s
     LEFT JOIN job_endings_rolled m ON true  -- no row: none rolled up (greatest leaves out NULLs)
 ), ended AS (
-    SELECT e.minute AS at, e.type, e.status, e.jobs, e.waits, e.wait_counts
-    FROM job_endings_by_minute e
-    WHERE e.lane IS NULL AND e.minute >= (SELECT lo FROM rolled) AND e.minute < (SELECT hi FROM rolled)
-      AND NOT :own_lanes::boolean AND e.status IN ('done', 'failed')
+    -- a half hour's row holds exactly its minutes in [lo, hi): the window's half hours from
+    -- :since hold no minute before lo, and none at or after hi is rolled up yet
+    SELECT e.half_hour AS at, e.type, e.status, e.jobs, e.waits, e.wait_counts
+    FROM job_endings_by_half_hour e
+    WHERE e.lane IS NULL AND e.half_hour >= :since AND NOT :own_lanes::boolean AND e.status IN ('done', 'failed')
     UNION ALL
-    SELECT e.minute, e.type, e.status, e.jobs, e.waits, e.wait_counts
+    SELECT e.half_hour, e.type, e.status, e.jobs, e.waits, e.wait_counts
     FROM (SELECT id FROM lanes WHERE :own_lanes OFFSET 0) l
     CROSS JOIN LATERAL (
-        SELECT * FROM job_endings_by_minute
-        WHERE lane = l.id AND minute >= (SELECT lo FROM rolled) AND minute < (SELECT hi FROM rolled)
-          AND status IN ('done', 'failed')
+        SELECT * FROM job_endings_by_half_hour
+        WHERE lane = l.id AND half_hour >= :since AND status IN ('done', 'failed')
         OFFSET 0  -- lane by lane: not flattened into a join against every lane's rows
     ) e
     UNION ALL
