@@ -1,7 +1,7 @@
 -- Whether jobs holds rows but no column statistics, and this role may gather them: a new
 -- database after its first load, or one restored from a dump, before autovacuum's first
 -- ANALYZE (up to a minute, longer when its workers are busy elsewhere). Without them the
--- claim's generic plan can probe each lane through jobs_open_dedupe_uq and sort the lane's
+-- claim's generic plan can probe each lane through an index other than jobs_claim_idx and sort the lane's
 -- open jobs, so every claim grows with the backlog. The file's size, not a count: cheap
 -- however large the table. pg_stats shows only what this role may read, and a role that
 -- may not read jobs' statistics may not gather them either.
