@@ -26,7 +26,7 @@ $$;
 -- The value a class stands for: the geometric middle of its span (0 for class 0).
 CREATE FUNCTION wait_class_seconds(class smallint) RETURNS float8
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-    SELECT CASE WHEN class = 0 THEN 0 ELSE 0.001 * power(2, (class - 0.5) / 4.0) END
+    SELECT CASE WHEN class = 0 THEN 0 ELSE 0.001 * power(2::float8, (class - 0.5::float8) / 4) END
 $$;
 
 -- A job's wait class, its last attempt's from due (run_after) to claimed (locked_at);

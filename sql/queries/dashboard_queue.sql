@@ -75,7 +75,8 @@ WITH own AS MATERIALIZED (  -- the caller's lanes, read once for every probe bel
       AND status IN ('done', 'failed', 'cancelled')
     UNION ALL
     SELECT type, status, 1 FROM jobs
-    WHERE finished_at >= (SELECT hi FROM rolled) AND status IN ('done', 'failed', 'cancelled')
+    WHERE finished_at >= (SELECT hi FROM rolled) AND finished_at < 'infinity'  -- a range: estimated small
+      AND status IN ('done', 'failed', 'cancelled')
 )
 SELECT type, least(coalesce(o.ready, 0), :cap) AS ready, coalesce(o.ready, 0) > :cap AS ready_more,
        least(coalesce(o.waiting, 0), :cap) AS waiting, coalesce(o.waiting, 0) > :cap AS waiting_more,

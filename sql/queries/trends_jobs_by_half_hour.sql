@@ -36,36 +36,35 @@ WITH rolled AS MATERIALIZED (  -- the minutes read from the rollups: [lo, hi)
            CASE WHEN locked_at IS NULL THEN '{}' ELSE ARRAY[job_wait_class(locked_at, run_after)] END,
            CASE WHEN locked_at IS NULL THEN '{}' ELSE '{1}'::bigint[] END
     FROM jobs
-    WHERE finished_at >= (SELECT hi FROM rolled) AND status IN ('done', 'failed')
+    WHERE finished_at >= (SELECT hi FROM rolled) AND finished_at < 'infinity'  -- a range: estimated small
+      AND status IN ('done', 'failed')
 ), bucketed AS (
     SELECT *, date_bin(make_interval(secs => :bucket_seconds), at, 'epoch'::timestamptz) AS bucket FROM ended
-), classes AS (  -- per stage, bucket and wait class: how many, and how many up to it
-    SELECT type, bucket, class, n, sum(n) OVER (PARTITION BY type, bucket ORDER BY class) AS upto,
+), classes AS (  -- per stage, bucket and wait class: how many, and how many up to it (float8: exact)
+    SELECT type, bucket, class, sum(n) OVER (PARTITION BY type, bucket ORDER BY class) AS upto,
            sum(n) OVER (PARTITION BY type, bucket) AS total
-    FROM (SELECT type, bucket, w.class, sum(w.n) AS n
+    FROM (SELECT type, bucket, w.class, sum(w.n)::float8 AS n
           FROM bucketed CROSS JOIN LATERAL unnest(waits, wait_counts) AS w(class, n)
           GROUP BY type, bucket, w.class) c
-), percentiles AS (
-    -- percentile_cont's ranks, p(N - 1) from 0, between its two neighbouring waits: each the
-    -- first class whose running count passes it
-    SELECT type, bucket, p, r - floor(r) AS frac,
-           wait_class_seconds(min(class) FILTER (WHERE upto > floor(r))) AS below,
-           wait_class_seconds(min(class) FILTER (WHERE upto > ceil(r))) AS above
-    FROM classes CROSS JOIN LATERAL (VALUES (0.5::float8), (0.95)) AS q(p)
-         CROSS JOIN LATERAL (SELECT p * (total - 1) AS r) k
-    GROUP BY type, bucket, p, r
+), neighbours AS (
+    -- percentile_cont's rank p(N - 1) from 0 lies between two waits: each the first class
+    -- whose running count passes it
+    SELECT type, bucket, 0.5 * (max(total) - 1) AS r50, 0.95 * (max(total) - 1) AS r95,
+           wait_class_seconds(min(class) FILTER (WHERE upto > floor(0.5 * (total - 1)))) AS below50,
+           wait_class_seconds(min(class) FILTER (WHERE upto > ceil(0.5 * (total - 1)))) AS above50,
+           wait_class_seconds(min(class) FILTER (WHERE upto > floor(0.95 * (total - 1)))) AS below95,
+           wait_class_seconds(min(class) FILTER (WHERE upto > ceil(0.95 * (total - 1)))) AS above95
+    FROM classes
+    GROUP BY type, bucket
 )
-SELECT c.type, c.bucket, c.done, c.failed, w.wait_p50, w.wait_p95
+SELECT c.type, c.bucket, c.done, c.failed,
+       w.below50 + (w.r50 - floor(w.r50)) * (w.above50 - w.below50) AS wait_p50,
+       w.below95 + (w.r95 - floor(w.r95)) * (w.above95 - w.below95) AS wait_p95
 FROM (
     SELECT type, bucket, coalesce(sum(jobs) FILTER (WHERE status = 'done'), 0)::int AS done,
            coalesce(sum(jobs) FILTER (WHERE status = 'failed'), 0)::int AS failed
     FROM bucketed
     GROUP BY type, bucket
 ) c
-LEFT JOIN (
-    SELECT type, bucket, max(below + frac * (above - below)) FILTER (WHERE p = 0.5) AS wait_p50,
-           max(below + frac * (above - below)) FILTER (WHERE p = 0.95) AS wait_p95
-    FROM percentiles
-    GROUP BY type, bucket
-) w USING (type, bucket)
+LEFT JOIN neighbours w USING (type, bucket)
 ORDER BY c.type, c.bucket
