@@ -2,11 +2,13 @@
 -- yet due), running, and the done, failed and cancelled of the last day, with the age in seconds of
 -- the oldest job that is due and waiting. Row-level security keeps a tenant to its own jobs.
 --
--- The last day's endings: the minutes rolled up (job_endings_by_minute, migration 0055;
--- the caller rolls closed minutes up first) from their rows, an admin's the every-lane
--- rows, a tenant's lane by lane from its own lanes; the rest of the day live, a range of
--- jobs_finished_idx: the part of the first minute inside the day, and the minutes since
--- the last rolled up (a few). Row-level security keeps a tenant's live endings its own.
+-- The last day's endings: the minutes rolled up (migration 0055; the caller rolls closed
+-- minutes up first) from the rollups' rows, the first half hour's minutes from
+-- job_endings_by_minute, the rest from job_endings_by_half_hour (about 50 rows a type and
+-- ending for an admin's every-lane rows; a tenant's lane by lane from its own lanes); the
+-- rest of the day live, a range of jobs_finished_idx: the part of the first minute inside
+-- the day, and the minutes since the last rolled up (a few). Row-level security keeps a
+-- tenant's live endings its own.
 --
 -- Open jobs: ready and waiting are counted up to :cap (ready_more / waiting_more: there
 -- are more), per type from app_pending_types(), so a backlog of any size reads at most
@@ -51,21 +53,37 @@ WITH own AS MATERIALIZED (  -- the caller's lanes, read once for every probe bel
     SELECT type, ready, waiting, 0 AS running, oldest_ready FROM pending WHERE ready > 0 OR waiting > 0
     UNION ALL
     SELECT type, 0, 0, count(*)::int, NULL FROM jobs WHERE status = 'running' GROUP BY type
-), rolled AS MATERIALIZED (  -- the day's minutes read from their rows: [lo, hi)
-    SELECT greatest(day_minute, m.rolled_from) AS lo, greatest(day_minute, m.rolled_from, m.rolled_to) AS hi
-    FROM (SELECT date_trunc('minute', now() - interval '1 day') + interval '1 minute' AS day_minute) d
-    LEFT JOIN job_endings_rolled m ON true  -- no row: none rolled up (greatest leaves out NULLs)
+), rolled AS MATERIALIZED (  -- the day's minutes read from the rollups: [lo, hi)
+    SELECT lo, hi,
+           -- the first half hour's start at or after lo: the minutes before it come from
+           -- their own rows, those after from their half hours' rows
+           least(CASE WHEN date_bin(interval '30 minutes', lo, 'epoch'::timestamptz) = lo THEN lo
+                      ELSE date_bin(interval '30 minutes', lo, 'epoch'::timestamptz) + interval '30 minutes' END,
+                 hi) AS edge
+    FROM (SELECT greatest(day_minute, m.rolled_from) AS lo, greatest(day_minute, m.rolled_from, m.rolled_to) AS hi
+          FROM (SELECT date_trunc('minute', now() - interval '1 day') + interval '1 minute' AS day_minute) d
+          LEFT JOIN job_endings_rolled m ON true  -- no row: none rolled up (greatest leaves out NULLs)
+         ) b
 ), ended AS (
+    -- a half hour's row holds its minutes rolled up: those from edge on are all in [lo, hi)
     SELECT e.type, e.status, e.jobs
     FROM job_endings_by_minute e
-    WHERE e.lane IS NULL AND e.minute >= (SELECT lo FROM rolled) AND e.minute < (SELECT hi FROM rolled)
+    WHERE e.lane IS NULL AND e.minute >= (SELECT lo FROM rolled) AND e.minute < (SELECT edge FROM rolled)
+      AND NOT :own_lanes
+    UNION ALL
+    SELECT e.type, e.status, e.jobs
+    FROM job_endings_by_half_hour e
+    WHERE e.lane IS NULL AND e.half_hour >= (SELECT edge FROM rolled) AND (SELECT edge < hi FROM rolled)
       AND NOT :own_lanes
     UNION ALL
     SELECT e.type, e.status, e.jobs
     FROM own l
     CROSS JOIN LATERAL (
         SELECT type, status, jobs FROM job_endings_by_minute
-        WHERE lane = l.id AND minute >= (SELECT lo FROM rolled) AND minute < (SELECT hi FROM rolled)
+        WHERE lane = l.id AND minute >= (SELECT lo FROM rolled) AND minute < (SELECT edge FROM rolled)
+        UNION ALL
+        SELECT type, status, jobs FROM job_endings_by_half_hour
+        WHERE lane = l.id AND half_hour >= (SELECT edge FROM rolled) AND (SELECT edge < hi FROM rolled)
         OFFSET 0  -- lane by lane: not flattened into a join against every lane's rows
     ) e
     WHERE :own_lanes
