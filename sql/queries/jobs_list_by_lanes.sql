@@ -9,8 +9,10 @@
 -- [since, until), :error text in last_error (each optional), :after the cursor's job, :limit
 -- how many, :lanes the lanes to read (never the all-zero lane; NULL: the caller's own).
 -- With :error each lane is walked off jobs_error_lane_idx: only its jobs that have an error.
--- With :until or :since each lane is walked between the ids they bound, and the jobs outside
--- those bounds that match read off jobs_created_apart_idx: see jobs_list.sql.
+-- With :until each lane is walked back from the id it bounds, and the jobs above it created
+-- before :until read off jobs_created_apart_idx: see jobs_list.sql. (A bound from :since
+-- beside the lane range would only filter, and an id range alone makes the primary key look
+-- cheaper: each lane is walked back to the first job created before :since.)
 -- Run with a plan made for the values (list_jobs): a generic one reads every job of the
 -- lanes rather than :limit of each.
 SELECT *
@@ -27,7 +29,6 @@ FROM (
           AND lane <> '00000000-0000-0000-0000-000000000000' AND status <> 'running'
           AND id < least(coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'),
                          coalesce(job_id_bound(:until::timestamptz), 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
-          AND (:since::timestamptz IS NULL OR id >= job_id_floor(:since))
           AND (:status::text IS NULL OR status = :status)
           AND (:type::text IS NULL OR type = :type)
           AND (:batch_id::uuid IS NULL OR batch_id = :batch_id)
@@ -43,15 +44,14 @@ FROM (
         LIMIT :limit
     ) j
     UNION ALL
-    -- the lanes' jobs created in [:since, :until) whose ids lie outside the bounds
+    -- the lanes' jobs created before :until whose ids lie above its bound
     (SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
             run_id, batch_id, lane, total, progress, created_at, finished_at
      FROM jobs
-     WHERE (:until::timestamptz IS NOT NULL OR :since::timestamptz IS NOT NULL)
+     WHERE :until::timestamptz IS NOT NULL
        -- jobs_created_apart_idx's predicate
   AND (job_id_time(id) - created_at BETWEEN interval '-1 minute' AND interval '1 minute') IS NOT TRUE
-       AND (id >= coalesce(job_id_bound(:until), 'ffffffff-ffff-ffff-ffff-ffffffffffff')
-            OR id < coalesce(job_id_floor(:since), '00000000-0000-0000-0000-000000000000'))
+       AND id >= job_id_bound(:until)
        AND id < coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff')
        AND lane IN (SELECT id FROM lanes WHERE :lanes::uuid[] IS NULL AND (:lane::uuid IS NULL OR id = :lane)
                     UNION ALL
