@@ -33,7 +33,8 @@ UNION ALL
 FROM jobs
 WHERE (:until::timestamptz IS NOT NULL OR :since::timestamptz IS NOT NULL)
   -- jobs_created_apart_idx's predicate
-  AND (job_id_time(id) - created_at BETWEEN interval '-1 minute' AND interval '1 minute') IS NOT TRUE
+  AND (to_timestamp(('x' || left(encode(uuid_send(id), 'hex'), 12))::bit(48)::bigint / 1000.0) - created_at
+       BETWEEN interval '-1 minute' AND interval '1 minute') IS NOT TRUE
   AND (id >= coalesce(job_id_bound(:until), 'ffffffff-ffff-ffff-ffff-ffffffffffff')
        OR id < coalesce(job_id_floor(:since), '00000000-0000-0000-0000-000000000000'))
   AND id < coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff')

@@ -50,7 +50,8 @@ FROM (
      FROM jobs
      WHERE :until::timestamptz IS NOT NULL
        -- jobs_created_apart_idx's predicate
-  AND (job_id_time(id) - created_at BETWEEN interval '-1 minute' AND interval '1 minute') IS NOT TRUE
+       AND (to_timestamp(('x' || left(encode(uuid_send(id), 'hex'), 12))::bit(48)::bigint / 1000.0) - created_at
+            BETWEEN interval '-1 minute' AND interval '1 minute') IS NOT TRUE
        AND id >= job_id_bound(:until)
        AND id < coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff')
        AND lane IN (SELECT id FROM lanes WHERE :lanes::uuid[] IS NULL AND (:lane::uuid IS NULL OR id = :lane)
