@@ -20,6 +20,11 @@
 -- than its oldest pending job: the entries before it are jobs that left, kept while any
 -- older snapshot is open, and a probe from the lane's first entry would walk them all.
 --
+-- The probes test readiness through an expression, (run_after <= now()) IS TRUE, so that
+-- jobs_claim_idx is the one index that serves them: given the comparison, the planner could
+-- walk jobs_due_idx (type, run_after), every ready job of the type filtered by lane, and
+-- under statistics taken while a snapshot is held it sometimes did (0.5 s a claim).
+--
 -- The endings test the status through an expression, (status || ''), not the column:
 -- the ids are few and exact, and the primary key finds them. Given the column, the
 -- planner (whose statistics, taken with nothing running, say no job runs) scans
@@ -140,7 +145,7 @@ WITH done AS (
     ) l
     CROSS JOIN LATERAL (
         SELECT j.id, j.created_at FROM jobs j
-        WHERE j.status = 'pending' AND j.type = :type AND j.lane = l.lane AND j.run_after <= now()
+        WHERE j.status = 'pending' AND j.type = :type AND j.lane = l.lane AND (j.run_after <= now()) IS TRUE
           AND j.created_at >= l.live_from
         ORDER BY j.created_at
         LIMIT 1
@@ -189,7 +194,7 @@ WITH done AS (
     FROM quota q
     CROSS JOIN LATERAL (
         SELECT j.id FROM jobs j
-        WHERE j.status = 'pending' AND j.type = :type AND j.lane = q.lane AND j.run_after <= now()
+        WHERE j.status = 'pending' AND j.type = :type AND j.lane = q.lane AND (j.run_after <= now()) IS TRUE
           AND j.created_at >= q.live_from
         ORDER BY j.created_at
         LIMIT q.n
@@ -216,7 +221,7 @@ WITH done AS (
         FROM (SELECT h.lane, h.live_from FROM heads h ORDER BY h.priority DESC, h.served, h.head_at) h
         CROSS JOIN LATERAL (
             SELECT j.id FROM jobs j
-            WHERE j.status = 'pending' AND j.type = :type AND j.lane = h.lane AND j.run_after <= now()
+            WHERE j.status = 'pending' AND j.type = :type AND j.lane = h.lane AND (j.run_after <= now()) IS TRUE
               AND j.created_at >= h.live_from
               -- this claim's own locks do not make it skip: what it took is left out by id
               AND j.id <> ALL (ARRAY(SELECT id FROM fair))

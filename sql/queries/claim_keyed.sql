@@ -48,7 +48,7 @@ WITH held AS (
     CROSS JOIN LATERAL (
         SELECT j.id, job_limit_key(j.lane, j.payload, :by_lane, :path::text[]) AS key, j.created_at
         FROM jobs j
-        WHERE j.status = 'pending' AND j.type = :type AND j.lane = l.lane AND j.run_after <= now()
+        WHERE j.status = 'pending' AND j.type = :type AND j.lane = l.lane AND (j.run_after <= now()) IS TRUE
           AND j.created_at >= l.live_from
           AND job_limit_key(j.lane, j.payload, :by_lane, :path::text[]) <> ALL (ARRAY(SELECT key FROM rooms WHERE room <= 0))
         ORDER BY j.created_at
