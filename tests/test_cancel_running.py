@@ -7,7 +7,6 @@ is the stuck sweep's. Real runs, a real server, the real API."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -124,8 +123,6 @@ async def test_a_running_job_cancelled_over_the_api_is_stopped_by_its_run(pool, 
 
 async def test_two_overlapping_runs_the_cancel_reaches_the_one_that_holds_the_job(pool, client_for):
     sleepy = Sleepy()
-    # one slot a run: run A, busy with the first job, cannot also take the second
-    sleepy.stage = dataclasses.replace(sleepy.stage, batch=1, concurrency=1)
     client = await client_for([sleepy.stage])
     [first] = await f.jobs(pool, "t", 1)
     run_a = start_run(pool, sleepy.stage)
