@@ -187,3 +187,25 @@ async def test_a_run_gathers_the_statistics_a_database_just_loaded_lacks(new_dat
         assert plan["Actual Rows"] == 25
     finally:
         await pool.close()
+
+
+async def test_the_dashboards_due_index_cannot_serve_the_claims_probes(pool):
+    """jobs_due_idx (type, run_after) holds every pending job of a type; a head probe walking
+    it filters the whole backlog by lane. Under statistics taken before the table filled the
+    planner chose it (0.3 s a claim in the horizon soak). Here the probes' own indexes are
+    dropped (in a transaction, rolled back) and scans priced out: the due index must still
+    not be a way in, whatever the statistics say."""
+    await load_history(pool)
+    run_id = await f.run(pool)
+    async with pool.acquire() as conn:
+        tr = conn.transaction()
+        await tr.start()
+        try:
+            await conn.execute("DROP INDEX jobs_claim_idx; DROP INDEX jobs_wake_idx;"
+                               "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off")
+            sql, *args = claim_of_25(run_id)
+            raw = await explain(conn, sql, tuple(args), mode="force_generic_plan", options="FORMAT JSON")
+        finally:
+            await tr.rollback()
+    used = {n.get("Index Name") for n in walk(json.loads(raw)[0]["Plan"]) if n.get("Relation Name") == "jobs"}
+    assert "jobs_due_idx" not in used, used

@@ -22,8 +22,9 @@
 --
 -- The probes test readiness through an expression, (run_after <= now()) IS TRUE, so that
 -- jobs_claim_idx is the one index that serves them: given the comparison, the planner could
--- walk jobs_due_idx (type, run_after), every ready job of the type filtered by lane, and
--- under statistics taken while a snapshot is held it sometimes did (0.5 s a claim).
+-- walk jobs_wake_idx or jobs_due_idx (type, run_after), every ready job of the type filtered
+-- by lane, and under some statistics it did (0.5 s a claim). The expression proves nothing
+-- about NULLs, and jobs_due_idx asks run_after IS NOT NULL (migration 0057): out of reach.
 --
 -- The endings test the status through an expression, (status || ''), not the column:
 -- the ids are few and exact, and the primary key finds them. Given the column, the
