@@ -9,10 +9,8 @@
 -- [since, until), :error text in last_error (each optional), :after the cursor's job, :limit
 -- how many, :lanes the lanes to read (never the all-zero lane; NULL: the caller's own).
 -- With :error each lane is walked off jobs_error_lane_idx: only its jobs that have an error.
--- With :until each lane is walked back from the id it bounds, and the jobs above it created
--- before :until read off jobs_created_apart_idx: see jobs_list.sql. (A bound from :since
--- beside the lane range would only filter, and an id range alone makes the primary key look
--- cheaper: each lane is walked back to the first job created before :since.)
+-- With :until or :since each lane is walked between the ids they bound, and the jobs outside
+-- them created in [:since, :until) read off jobs_created_apart_idx: see jobs_list.sql.
 -- Run with a plan made for the values (list_jobs): a generic one reads every job of the
 -- lanes rather than :limit of each.
 SELECT *
@@ -25,10 +23,14 @@ FROM (
         SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
                run_id, batch_id, lane, total, progress, created_at, finished_at
         FROM jobs
-        WHERE lane >= l.id AND lane <= l.id  -- the lane, without an equality: see the ORDER BY
+        -- the lane's ids from the one :since bounds up to the one :after or :until bounds,
+        -- as row comparisons: the index walk starts at one and stops at the other. (Beside
+        -- a range of the lane, the walk starts at the lane's end and an id bound only
+        -- filters.) The lane is never an equality: see the ORDER BY.
+        WHERE (lane, id) < (l.id, least(coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'),
+                                        coalesce(job_id_bound(:until::timestamptz), 'ffffffff-ffff-ffff-ffff-ffffffffffff')))
+          AND (lane, id) >= (l.id, coalesce(job_id_floor(:since::timestamptz), '00000000-0000-0000-0000-000000000000'))
           AND lane <> '00000000-0000-0000-0000-000000000000' AND status <> 'running'
-          AND id < least(coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'),
-                         coalesce(job_id_bound(:until::timestamptz), 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
           AND (:status::text IS NULL OR status = :status)
           AND (:type::text IS NULL OR type = :type)
           AND (:batch_id::uuid IS NULL OR batch_id = :batch_id)
@@ -44,15 +46,16 @@ FROM (
         LIMIT :limit
     ) j
     UNION ALL
-    -- the lanes' jobs created before :until whose ids lie above its bound
+    -- the lanes' jobs created in [:since, :until) whose ids lie outside the bounds
     (SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
             run_id, batch_id, lane, total, progress, created_at, finished_at
      FROM jobs
-     WHERE :until::timestamptz IS NOT NULL
+     WHERE (:until::timestamptz IS NOT NULL OR :since::timestamptz IS NOT NULL)
        -- jobs_created_apart_idx's predicate
        AND (to_timestamp(('x' || left(encode(uuid_send(id), 'hex'), 12))::bit(48)::bigint / 1000.0) - created_at
             BETWEEN interval '-1 minute' AND interval '1 minute') IS NOT TRUE
-       AND id >= job_id_bound(:until)
+       AND (id >= coalesce(job_id_bound(:until), 'ffffffff-ffff-ffff-ffff-ffffffffffff')
+            OR id < coalesce(job_id_floor(:since), '00000000-0000-0000-0000-000000000000'))
        AND id < coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff')
        AND lane IN (SELECT id FROM lanes WHERE :lanes::uuid[] IS NULL AND (:lane::uuid IS NULL OR id = :lane)
                     UNION ALL

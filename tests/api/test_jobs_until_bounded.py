@@ -120,3 +120,21 @@ async def test_a_page_before_until_reads_as_much_however_many_jobs_came_after(po
     for (key, s), was in before.items():
         after = await _until_page(pool, key, until, s)
         assert after < was + 20, (key, s, was, after)
+
+
+async def test_a_tenants_hour_reads_as_much_however_many_jobs_came_before_it(pool):
+    """A tenant's hour two days back, with fewer jobs in it than a page holds, reads as much
+    with 60,000 older jobs in its lanes as with 600: each lane's walk stops at the id
+    `since` bounds (it went on to the lane's first job before)."""
+    alice = await f.tenant(pool, "alice@a.example")
+    second = await f.lane(pool, alice.user_id)
+    now = datetime.now(timezone.utc)
+    await _history(pool, [alice.lane, second])
+    await pool.execute("VACUUM ANALYZE jobs")
+    until, since = now - timedelta(hours=50), now - timedelta(hours=51)
+    was = await _until_page(pool, alice.key, until, since)
+    for lane in (alice.lane, second):
+        await pool.execute(MADE_THEN, lane, 30_000, now - timedelta(days=30), 26 * 86400.0)
+    await pool.execute("VACUUM ANALYZE jobs")
+    after = await _until_page(pool, alice.key, until, since)
+    assert after < was + 20, (was, after)
