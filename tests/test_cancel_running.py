@@ -79,8 +79,8 @@ async def status_within(pool, job_id, want: str, seconds: float) -> float:
     return time.monotonic() - started
 
 
-def start_run(pool, stage: Stage) -> asyncio.Task:
-    return asyncio.create_task(Pipeline(pool, [stage], settings()).run("test", budget=30))
+def start_run(pool, stage: Stage, budget: float = 30) -> asyncio.Task:
+    return asyncio.create_task(Pipeline(pool, [stage], settings()).run("test", budget=budget))
 
 
 async def test_a_running_job_cancelled_over_the_api_is_stopped_by_its_run(pool, client_for):
@@ -125,9 +125,12 @@ async def test_two_overlapping_runs_the_cancel_reaches_the_one_that_holds_the_jo
     sleepy = Sleepy()
     client = await client_for([sleepy.stage])
     [first] = await f.jobs(pool, "t", 1)
-    run_a = start_run(pool, sleepy.stage)
+    # run A's claiming budget is spent a second in: it claims nothing after that (nor
+    # prefetches), and runs what it holds to the end
+    run_a = start_run(pool, sleepy.stage, budget=1.0)
     await asyncio.wait_for(sleepy.event(first).wait(), 10)
-    [second] = await f.jobs(pool, "t", 1)  # run A is busy with its batch: run B claims this one
+    await asyncio.sleep(1.0)
+    [second] = await f.jobs(pool, "t", 1)  # so run B claims this one
     run_b = start_run(pool, sleepy.stage)
     await asyncio.wait_for(sleepy.event(second).wait(), 10)
     holders = {j: (await f.job_row(pool, j))["run_id"] for j in (first, second)}

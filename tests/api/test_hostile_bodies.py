@@ -82,7 +82,9 @@ async def test_sixty_thousand_unknown_keys_do_not_stall_the_loop(served, pool):
     assert len(answers) >= 8 and all(a.startswith(b"HTTP/1.1 413 ") and b"body_too_complex" in a for a in answers)
     seconds.sort()
     p50, p99 = seconds[len(seconds) // 2], seconds[int(len(seconds) * 0.99)]
-    assert p50 < 0.050 and p99 < 0.200, (f"/health/live p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms over "
+    # a loop that parsed these bodies would answer the probes after them: the median shows
+    # it; the tail only has to stay short of that (a busy 2-core machine reaches 0.2 s)
+    assert p50 < 0.050 and p99 < 0.500, (f"/health/live p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms over "
                                           f"{len(seconds)} probes (max {seconds[-1] * 1000:.0f})")
 
 
