@@ -9,7 +9,10 @@
 -- when none was claimed; every row carries how many jobs were marked done and handed back.
 --
 -- Reads jobs, the lane rows and their journal lines. Order: the lane's priority (highest
--- first), then the lane served least in the last day, then the oldest ready job. Within
+-- first), then the lane served least in the last day, then the oldest ready job. Inside a
+-- lane its jobs go by their own priority (highest first), then oldest: each probe of a lane
+-- reads jobs_claim_ranked_idx for jobs ranked above 0, then jobs_claim_idx (priority 0),
+-- then the ranked ones below 0, and stops when it has what it needs (migration 0058). Within
 -- one claim a lane's k-th job counts as served + k: claiming 25 at once interleaves lanes
 -- exactly as 25 claims of one would. The lanes come off job_lanes_claim_idx in that order
 -- as the last fold wrote it (docs/queue.md#a-shared-database), so a claim of n reads
@@ -145,12 +148,31 @@ WITH done AS (
         ) j
     ) l
     CROSS JOIN LATERAL (
-        SELECT j.id, j.created_at FROM jobs j
-        WHERE j.status = 'pending' AND j.type = :type AND j.lane = l.lane AND (j.run_after <= now()) IS TRUE
-          AND j.created_at >= l.live_from
-        ORDER BY j.created_at
+        -- the lane's first ready job: ranked above 0, else of priority 0, else ranked below
+        SELECT * FROM (
+            SELECT j.id, j.created_at FROM jobs j
+            WHERE j.status = 'pending' AND j.type = :type AND j.lane = l.lane AND j.priority > 0
+              AND (j.run_after <= now()) IS TRUE
+            ORDER BY j.priority DESC, j.created_at
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED) up
+        UNION ALL
+        SELECT * FROM (
+            SELECT j.id, j.created_at FROM jobs j
+            WHERE j.status = 'pending' AND j.type = :type AND j.lane = l.lane AND j.priority = 0
+              AND (j.run_after <= now()) IS TRUE AND j.created_at >= l.live_from
+            ORDER BY j.created_at
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED) plain
+        UNION ALL
+        SELECT * FROM (
+            SELECT j.id, j.created_at FROM jobs j
+            WHERE j.status = 'pending' AND j.type = :type AND j.lane = l.lane AND j.priority < 0
+              AND (j.run_after <= now()) IS TRUE
+            ORDER BY j.priority DESC, j.created_at
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED) down
         LIMIT 1
-        FOR UPDATE SKIP LOCKED
     ) h
     LIMIT :limit
 ), last_first AS (
@@ -194,12 +216,31 @@ WITH done AS (
     SELECT j.id
     FROM quota q
     CROSS JOIN LATERAL (
-        SELECT j.id FROM jobs j
-        WHERE j.status = 'pending' AND j.type = :type AND j.lane = q.lane AND (j.run_after <= now()) IS TRUE
-          AND j.created_at >= q.live_from
-        ORDER BY j.created_at
+        -- the lane's first q.n ready jobs, in the order of the head's probe
+        SELECT * FROM (
+            SELECT j.id FROM jobs j
+            WHERE j.status = 'pending' AND j.type = :type AND j.lane = q.lane AND j.priority > 0
+              AND (j.run_after <= now()) IS TRUE
+            ORDER BY j.priority DESC, j.created_at
+            LIMIT q.n
+            FOR UPDATE SKIP LOCKED) up
+        UNION ALL
+        SELECT * FROM (
+            SELECT j.id FROM jobs j
+            WHERE j.status = 'pending' AND j.type = :type AND j.lane = q.lane AND j.priority = 0
+              AND (j.run_after <= now()) IS TRUE AND j.created_at >= q.live_from
+            ORDER BY j.created_at
+            LIMIT q.n
+            FOR UPDATE SKIP LOCKED) plain
+        UNION ALL
+        SELECT * FROM (
+            SELECT j.id FROM jobs j
+            WHERE j.status = 'pending' AND j.type = :type AND j.lane = q.lane AND j.priority < 0
+              AND (j.run_after <= now()) IS TRUE
+            ORDER BY j.priority DESC, j.created_at
+            LIMIT q.n
+            FOR UPDATE SKIP LOCKED) down
         LIMIT q.n
-        FOR UPDATE SKIP LOCKED
     ) j
     WHERE q.n > 1
 ), fair_picked AS (
@@ -221,14 +262,32 @@ WITH done AS (
         SELECT r.id
         FROM (SELECT h.lane, h.live_from FROM heads h ORDER BY h.priority DESC, h.served, h.head_at) h
         CROSS JOIN LATERAL (
-            SELECT j.id FROM jobs j
-            WHERE j.status = 'pending' AND j.type = :type AND j.lane = h.lane AND (j.run_after <= now()) IS TRUE
-              AND j.created_at >= h.live_from
-              -- this claim's own locks do not make it skip: what it took is left out by id
-              AND j.id <> ALL (ARRAY(SELECT id FROM fair))
-            ORDER BY j.created_at
+            -- this claim's own locks do not make it skip: what it took is left out by id
+            SELECT * FROM (
+                SELECT j.id FROM jobs j
+                WHERE j.status = 'pending' AND j.type = :type AND j.lane = h.lane AND j.priority > 0
+                  AND (j.run_after <= now()) IS TRUE AND j.id <> ALL (ARRAY(SELECT id FROM fair))
+                ORDER BY j.priority DESC, j.created_at
+                LIMIT :limit
+                FOR UPDATE SKIP LOCKED) up
+            UNION ALL
+            SELECT * FROM (
+                SELECT j.id FROM jobs j
+                WHERE j.status = 'pending' AND j.type = :type AND j.lane = h.lane AND j.priority = 0
+                  AND (j.run_after <= now()) IS TRUE AND j.created_at >= h.live_from
+                  AND j.id <> ALL (ARRAY(SELECT id FROM fair))
+                ORDER BY j.created_at
+                LIMIT :limit
+                FOR UPDATE SKIP LOCKED) plain
+            UNION ALL
+            SELECT * FROM (
+                SELECT j.id FROM jobs j
+                WHERE j.status = 'pending' AND j.type = :type AND j.lane = h.lane AND j.priority < 0
+                  AND (j.run_after <= now()) IS TRUE AND j.id <> ALL (ARRAY(SELECT id FROM fair))
+                ORDER BY j.priority DESC, j.created_at
+                LIMIT :limit
+                FOR UPDATE SKIP LOCKED) down
             LIMIT :limit
-            FOR UPDATE SKIP LOCKED
         ) r
     ) x
     LIMIT greatest(:limit - (SELECT count(*) FROM fair_picked), 0)

@@ -8,8 +8,9 @@
 -- key is job_limit_key(lane, payload, :by_lane, :path).
 --
 -- The order is the claim's (claim.sql), simplified for a claim that is never contended
--- (the turn serialises them): the lanes in claim order, each lane's oldest ready jobs of
--- keys with room, then by lane priority, the lane's served count + its k-th job, age.
+-- (the turn serialises them): the lanes in claim order, each lane's first ready jobs of
+-- keys with room (by their own priority, then age), then by lane priority, the lane's
+-- served count + its k-th job, age.
 -- Ready jobs come from the first 40 × :limit lanes, each lane's first :limit of keys with
 -- room; stale ones (their holder died: lease expired, attempts left) come first in their
 -- lane and key. A key whose backlog crowds a lane's first :limit leaves this claim fuller
@@ -43,21 +44,47 @@ WITH held AS (
     ORDER BY l.priority DESC, l.served, l.head_at
     LIMIT 40 * :limit
 ), ready AS (
-    SELECT r.id, r.key, l.lane, l.priority, l.served, r.created_at, false AS stale
+    SELECT r.id, r.key, l.lane, l.priority, l.served, r.job_priority, r.created_at, false AS stale
     FROM lanes_in_order l
     CROSS JOIN LATERAL (
-        SELECT j.id, job_limit_key(j.lane, j.payload, :by_lane, :path::text[]) AS key, j.created_at
-        FROM jobs j
-        WHERE j.status = 'pending' AND j.type = :type AND j.lane = l.lane AND (j.run_after <= now()) IS TRUE
-          AND j.created_at >= l.live_from
-          AND job_limit_key(j.lane, j.payload, :by_lane, :path::text[]) <> ALL (ARRAY(SELECT key FROM rooms WHERE room <= 0))
-        ORDER BY j.created_at
+        -- the lane's first :limit ready jobs of keys with room, by their own priority then
+        -- age: ranked above 0, of priority 0, ranked below 0 (claim.sql's probe)
+        SELECT * FROM (
+            SELECT j.id, job_limit_key(j.lane, j.payload, :by_lane, :path::text[]) AS key, j.priority AS job_priority,
+                   j.created_at
+            FROM jobs j
+            WHERE j.status = 'pending' AND j.type = :type AND j.lane = l.lane AND j.priority > 0
+              AND (j.run_after <= now()) IS TRUE
+              AND job_limit_key(j.lane, j.payload, :by_lane, :path::text[]) <> ALL (ARRAY(SELECT key FROM rooms WHERE room <= 0))
+            ORDER BY j.priority DESC, j.created_at
+            LIMIT :limit
+            FOR UPDATE SKIP LOCKED) up
+        UNION ALL
+        SELECT * FROM (
+            SELECT j.id, job_limit_key(j.lane, j.payload, :by_lane, :path::text[]), j.priority, j.created_at
+            FROM jobs j
+            WHERE j.status = 'pending' AND j.type = :type AND j.lane = l.lane AND j.priority = 0
+              AND (j.run_after <= now()) IS TRUE AND j.created_at >= l.live_from
+              AND job_limit_key(j.lane, j.payload, :by_lane, :path::text[]) <> ALL (ARRAY(SELECT key FROM rooms WHERE room <= 0))
+            ORDER BY j.created_at
+            LIMIT :limit
+            FOR UPDATE SKIP LOCKED) plain
+        UNION ALL
+        SELECT * FROM (
+            SELECT j.id, job_limit_key(j.lane, j.payload, :by_lane, :path::text[]), j.priority, j.created_at
+            FROM jobs j
+            WHERE j.status = 'pending' AND j.type = :type AND j.lane = l.lane AND j.priority < 0
+              AND (j.run_after <= now()) IS TRUE
+              AND job_limit_key(j.lane, j.payload, :by_lane, :path::text[]) <> ALL (ARRAY(SELECT key FROM rooms WHERE room <= 0))
+            ORDER BY j.priority DESC, j.created_at
+            LIMIT :limit
+            FOR UPDATE SKIP LOCKED) down
         LIMIT :limit
-        FOR UPDATE SKIP LOCKED
     ) r
 ), stale AS (
     SELECT j.id, job_limit_key(j.lane, j.payload, :by_lane, :path::text[]) AS key, j.lane,
-           coalesce(r.priority, 0) AS priority, coalesce(l.served, 0) AS served, j.created_at, true AS stale
+           coalesce(r.priority, 0) AS priority, coalesce(l.served, 0) AS served, j.priority AS job_priority,
+           j.created_at, true AS stale
     FROM jobs j
     LEFT JOIN lanes r ON r.id = j.lane
     LEFT JOIN LATERAL (SELECT l.served FROM job_lanes l WHERE l.lane = j.lane AND l.type = j.type
@@ -84,14 +111,16 @@ WITH held AS (
     -- as its room
     SELECT c.*
     FROM (SELECT c.*, row_number() OVER (PARTITION BY c.key
-                                         ORDER BY c.stale DESC, c.priority DESC, c.served, c.created_at) AS nth
+                                         ORDER BY c.stale DESC, c.priority DESC, c.served, c.job_priority DESC,
+                                                  c.created_at) AS nth
           FROM candidates c) c
     LEFT JOIN rooms r ON r.key = c.key
     WHERE c.nth <= coalesce(r.room, least(:concurrency::int, :rate::int))
 ), picked AS (
     SELECT w.id
     FROM (SELECT w.id, w.priority, w.created_at,
-                 w.served + row_number() OVER (PARTITION BY w.lane ORDER BY w.stale DESC, w.created_at) AS weight
+                 w.served + row_number() OVER (PARTITION BY w.lane
+                                               ORDER BY w.stale DESC, w.job_priority DESC, w.created_at) AS weight
           FROM within_room w) w
     ORDER BY w.priority DESC, w.weight, w.created_at
     LIMIT :limit
