@@ -513,3 +513,73 @@ async def test_a_claim_takes_exactly_the_lightest_slots_of_every_lane(pool):
         expected = Counter(s[3] for s in slots[:limit])
         got = await q.claim(pool, f.lease(), await f.run(pool), limit)
         assert Counter(j.lane for j in got) == expected, (round_, limit)
+
+
+# A job's own priority (migration 0058): inside its lane, higher first, then oldest.
+RANKS = [0, 5, -3, 5, 0, 2, -3, 0]
+
+
+async def _ranked_lane(pool, lane=None) -> list:
+    """RANKS's jobs in one lane, oldest first, set in plain SQL; their ids in the order a
+    lane must give them: priority, highest first, then oldest."""
+    ids = await f.jobs(pool, "t", len(RANKS), lane=lane)
+    for job_id, rank in zip(ids, RANKS):
+        await pool.execute("UPDATE jobs SET priority = $2 WHERE id = $1", job_id, rank)
+    return [ids[i] for i in sorted(range(len(RANKS)), key=lambda i: (-RANKS[i], i))]
+
+
+@pytest.mark.parametrize("lease", [f.lease(), q.Lease("t", 900, 3, global_concurrency=100, limit_by="lane")],
+                         ids=["claim", "keyed claim"])
+async def test_inside_a_lane_higher_priority_first_then_oldest(pool, lease):
+    want = await _ranked_lane(pool)
+    run_id = await f.run(pool)
+    one_by_one = [(await q.claim(pool, lease, run_id, 1))[0].id for _ in RANKS]
+    assert one_by_one == want
+    await pool.execute("UPDATE jobs SET status = 'pending', run_id = NULL, locked_at = NULL, attempts = 0")
+    for n in (1, 3, 5):  # a claim of n takes the lane's first n, whatever the plan
+        got = await q.claim(pool, lease, await f.run(pool), n)
+        assert {j.id for j in got} == set(want[:n]), n
+        await pool.execute("UPDATE jobs SET status = 'pending', run_id = NULL, locked_at = NULL, attempts = 0")
+
+
+async def test_a_jobs_priority_leaves_the_order_between_lanes_as_it_was(pool):
+    """Two lanes tied on priority and served: the one with the older work goes first, even
+    when the other's first job is ranked high; the ranked job goes first inside its lane."""
+    owner = await f.user(pool)
+    older, newer = await f.lane(pool, owner), await f.lane(pool, owner)
+    start = datetime.now(timezone.utc) - timedelta(hours=1)
+    [first_plain] = await f.jobs(pool, "t", 1, lane=older, start=start)
+    [other] = await f.jobs(pool, "t", 1, lane=newer, start=start + timedelta(minutes=1))
+    [ranked] = await f.jobs(pool, "t", 1, lane=older, start=start + timedelta(minutes=2))
+    await pool.execute("UPDATE jobs SET priority = 9 WHERE id = $1", ranked)
+    run_id = await f.run(pool)
+    order = [(await q.claim(pool, f.lease(), run_id, 1))[0].id for _ in range(3)]
+    # the older lane first (its oldest job is older), and inside it the ranked job; then the
+    # other lane, served less
+    assert order == [ranked, other, first_plain]
+
+
+async def test_ranked_jobs_of_many_lanes_go_in_lane_order_and_none_is_taken_twice(pool, dsn):
+    owner = await f.user(pool)
+    lanes = [await f.lane(pool, owner) for _ in range(6)]
+    wants = {lane: await _ranked_lane(pool, lane) for lane in lanes}
+
+    async def drain() -> list:
+        conn = await connect(dsn)
+        try:
+            run_id, batches = await f.run(conn), []
+            while batch := await q.claim(conn, f.lease(), run_id, 4):
+                batches.append([j.id for j in batch])
+            return batches
+        finally:
+            await conn.close()
+    runs = await asyncio.gather(*(drain() for _ in range(3)))
+    taken = [i for batches in runs for batch in batches for i in batch]
+    assert sorted(taken) == sorted(i for w in wants.values() for i in w)
+    # each run took each lane's jobs in the lane's order: a job of a later claim never ranks
+    # before one of an earlier claim of the same run (concurrent runs skip what another holds)
+    for batches in runs:
+        nth = {i: k for k, batch in enumerate(batches) for i in batch}
+        for lane, want in wants.items():
+            mine = [nth[i] for i in want if i in nth]
+            assert mine == sorted(mine), lane

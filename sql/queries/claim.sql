@@ -96,7 +96,11 @@ WITH done AS (
     -- claim. The bound of 40 × :limit lanes: a probe that finds a lane held locks nothing,
     -- and another claim holds at most 2 × :limit jobs, so 40 × :limit lanes leave this claim
     -- :limit free ones unless about 20 claims of its size overlap on the same lanes.
-    SELECT l.lane, l.pending, l.served, l.priority, h.created_at AS head_at, h.id AS head_id, l.live_from,
+    SELECT l.lane, l.pending, l.served, l.priority,
+           -- how old the lane's work is, for ties between lanes: a job's own priority leaves
+           -- that as it was (a ranked head is the oldest only as far as the fold's head says)
+           CASE WHEN h.priority = 0 THEN h.created_at ELSE least(h.created_at, l.live_from) END AS head_at,
+           h.id AS head_id, l.live_from,
            -- the lane's stale jobs come first in its order: counted once here, not for
            -- each of the lane's slots below (up to :limit each)
            (SELECT count(*) FROM stale s WHERE s.lane = l.lane) AS stale_n
@@ -150,7 +154,7 @@ WITH done AS (
     CROSS JOIN LATERAL (
         -- the lane's first ready job: ranked above 0, else of priority 0, else ranked below
         SELECT * FROM (
-            SELECT j.id, j.created_at FROM jobs j
+            SELECT j.id, j.created_at, j.priority FROM jobs j
             WHERE j.status = 'pending' AND j.type = :type AND j.lane = l.lane AND j.priority > 0
               AND (j.run_after <= now()) IS TRUE
             ORDER BY j.priority DESC, j.created_at
@@ -158,7 +162,7 @@ WITH done AS (
             FOR UPDATE SKIP LOCKED) up
         UNION ALL
         SELECT * FROM (
-            SELECT j.id, j.created_at FROM jobs j
+            SELECT j.id, j.created_at, j.priority FROM jobs j
             WHERE j.status = 'pending' AND j.type = :type AND j.lane = l.lane AND j.priority = 0
               AND (j.run_after <= now()) IS TRUE AND j.created_at >= l.live_from
             ORDER BY j.created_at
@@ -166,7 +170,7 @@ WITH done AS (
             FOR UPDATE SKIP LOCKED) plain
         UNION ALL
         SELECT * FROM (
-            SELECT j.id, j.created_at FROM jobs j
+            SELECT j.id, j.created_at, j.priority FROM jobs j
             WHERE j.status = 'pending' AND j.type = :type AND j.lane = l.lane AND j.priority < 0
               AND (j.run_after <= now()) IS TRUE
             ORDER BY j.priority DESC, j.created_at

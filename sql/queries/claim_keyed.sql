@@ -44,7 +44,10 @@ WITH held AS (
     ORDER BY l.priority DESC, l.served, l.head_at
     LIMIT 40 * :limit
 ), ready AS (
-    SELECT r.id, r.key, l.lane, l.priority, l.served, r.job_priority, r.created_at, false AS stale
+    SELECT r.id, r.key, l.lane, l.priority, l.served, r.job_priority, r.created_at,
+           -- ties between lanes by the age of their work, as if no job were ranked (claim.sql)
+           CASE WHEN r.job_priority = 0 THEN r.created_at ELSE least(r.created_at, l.live_from) END AS tie_at,
+           false AS stale
     FROM lanes_in_order l
     CROSS JOIN LATERAL (
         -- the lane's first :limit ready jobs of keys with room, by their own priority then
@@ -84,7 +87,7 @@ WITH held AS (
 ), stale AS (
     SELECT j.id, job_limit_key(j.lane, j.payload, :by_lane, :path::text[]) AS key, j.lane,
            coalesce(r.priority, 0) AS priority, coalesce(l.served, 0) AS served, j.priority AS job_priority,
-           j.created_at, true AS stale
+           j.created_at, j.created_at AS tie_at, true AS stale
     FROM jobs j
     LEFT JOIN lanes r ON r.id = j.lane
     LEFT JOIN LATERAL (SELECT l.served FROM job_lanes l WHERE l.lane = j.lane AND l.type = j.type
@@ -118,11 +121,11 @@ WITH held AS (
     WHERE c.nth <= coalesce(r.room, least(:concurrency::int, :rate::int))
 ), picked AS (
     SELECT w.id
-    FROM (SELECT w.id, w.priority, w.created_at,
+    FROM (SELECT w.id, w.priority, w.tie_at,
                  w.served + row_number() OVER (PARTITION BY w.lane
                                                ORDER BY w.stale DESC, w.job_priority DESC, w.created_at) AS weight
           FROM within_room w) w
-    ORDER BY w.priority DESC, w.weight, w.created_at
+    ORDER BY w.priority DESC, w.weight, w.tie_at
     LIMIT :limit
 ), folded AS (
     -- the lane journal folded into the next epoch, when the current one is a second old
