@@ -172,8 +172,8 @@ def job_json(r: Mapping[str, Any]) -> dict[str, Any]:
         "id": str(r["id"]), "type": r["type"], "status": r["status"], "payload": r["payload"],
         "dedupeKey": r["dedupe_key"], "attempts": r["attempts"], "runAfter": iso(r["run_after"]),
         "lockedAt": iso(r["locked_at"]), "lastError": r["last_error"], "runId": text(r["run_id"]),
-        "batchId": text(r["batch_id"]), "lane": str(r["lane"]), "total": r["total"],
-        "progress": r["progress"], "createdAt": iso(r["created_at"]), "finishedAt": iso(r["finished_at"]),
+        "batchId": text(r["batch_id"]), "lane": str(r["lane"]), "priority": r["priority"],
+        "total": r["total"], "progress": r["progress"], "createdAt": iso(r["created_at"]), "finishedAt": iso(r["finished_at"]),
     }
     if "errors" in r.keys():  # one job shown; lists leave them out
         out["errors"] = r["errors"]

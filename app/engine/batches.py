@@ -22,6 +22,7 @@ class BatchRequest:
     type: str
     payload: dict[str, Any] = field(default_factory=dict)
     total: int | None = None
+    priority: int = 0  # within the lane: higher is claimed first
 
 
 @dataclass
@@ -57,7 +58,7 @@ async def create_batch(pool, lane: uuid.UUID, requests: list[BatchRequest],
                                                                       payload=callback[1]))
         rows = await enqueue_many_rows(conn, [
             NewJob(type=r.type, payload=r.payload, lane=lane, batch_id=batch_id,
-                   total=r.total) for r in wanted])
+                   total=r.total, priority=r.priority) for r in wanted])
         return BatchOutcome(batch_id, {r["type"]: r["id"] for r in rows}, skipped)
 
 

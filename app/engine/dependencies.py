@@ -38,7 +38,7 @@ async def enqueue_after(db, job: NewJob, parents: Sequence[uuid.UUID], *,
         return await db.fetchval(*statement("enqueue_after").bind(
             type=job.type, payload=job.payload, dedupe_key=job.dedupe_key, lane=job.lane,
             run_after=job.run_after, trace_context=job.trace_context or current_traceparent(),
-            unique_for=job.unique_for, parents=list(parents), run_anyway=run_anyway))
+            unique_for=job.unique_for, parents=list(parents), run_anyway=run_anyway, priority=job.priority))
     except (asyncpg.ForeignKeyViolationError, asyncpg.CheckViolationError) as exc:
         if exc.constraint_name == UNKNOWN_PARENT:
             raise ParentRefused("unknown", exc.message, (exc.detail or "").split(", ")) from None

@@ -17,6 +17,7 @@ from app.engine.trace_context import current_traceparent
 # The lane of work nobody owns (maintenance, notifications, a job enqueued without one).
 DEFAULT_LANE = uuid.UUID(int=0)
 MAX_DEDUPE_KEY_CHARS = 200  # POST /jobs and `skiplock enqueue` alike; the index holds any key this long
+PRIORITY_MIN, PRIORITY_MAX = -32768, 32767  # a job's own priority: jobs.priority is a smallint
 
 
 @dataclass
@@ -44,7 +45,8 @@ _CLAIM = statement("claim")  # the hot path: translated once, here
 
 @dataclass
 class NewJob:
-    """One job to enqueue. lane None means DEFAULT_LANE; run_after None means now."""
+    """One job to enqueue. lane None means DEFAULT_LANE; run_after None means now;
+    priority orders it within its lane (higher first, then oldest; PRIORITY_MIN to PRIORITY_MAX)."""
     type: str
     payload: dict[str, Any] = field(default_factory=dict)
     dedupe_key: str | None = None
@@ -55,6 +57,7 @@ class NewJob:
     trace_context: str | None = None  # None: the enqueuer's current span's, if any
     # seconds the dedupe key stays taken after the job ends (None: free at once)
     unique_for: float | None = None
+    priority: int = 0
 
 
 @dataclass
@@ -80,17 +83,19 @@ async def enqueue(db, job: NewJob) -> uuid.UUID | None:
     return await db.fetchval(*statement("enqueue").bind(
         type=job.type, payload=job.payload, dedupe_key=job.dedupe_key, lane=job.lane,
         run_after=job.run_after, batch_id=job.batch_id, total=job.total,
-        trace_context=job.trace_context or current_traceparent(), unique_for=job.unique_for))
+        trace_context=job.trace_context or current_traceparent(), unique_for=job.unique_for,
+        priority=job.priority))
 
 
 async def enqueue_replacing(db, job: NewJob) -> tuple[uuid.UUID, bool] | None:
     """Insert one job, or debounce: a pending job of the same type holding its dedupe key
-    takes its payload, due time and unique_for instead. (the job's id, whether it is new);
+    takes its payload, due time and unique_for instead (it keeps its place in the lane: its
+    age and its priority). (the job's id, whether it is new);
     None when the key's holder is running, of another type, or ended within its window."""
     row = await db.fetchrow(*statement("enqueue_replacing").bind(
         type=job.type, payload=job.payload, dedupe_key=job.dedupe_key, lane=job.lane,
         run_after=job.run_after, batch_id=job.batch_id, total=job.total, unique_for=job.unique_for,
-        trace_context=job.trace_context or current_traceparent()))
+        trace_context=job.trace_context or current_traceparent(), priority=job.priority))
     return (row["id"], row["created"]) if row is not None else None
 
 
@@ -114,7 +119,7 @@ async def enqueue_many_rows(db, jobs: Sequence[NewJob]) -> list[asyncpg.Record]:
             dedupe_keys=[j.dedupe_key for j in jobs], lanes=[j.lane for j in jobs],
             run_afters=[j.run_after for j in jobs], batch_ids=[j.batch_id for j in jobs],
             totals=[j.total for j in jobs], trace_contexts=[j.trace_context or here for j in jobs],
-            unique_fors=[j.unique_for for j in jobs]))
+            unique_fors=[j.unique_for for j in jobs], priorities=[j.priority for j in jobs]))
 
 
 async def claim(db, lease: Lease, run_id: uuid.UUID, limit: int) -> list[Job]:

@@ -24,7 +24,7 @@ import asyncpg
 
 from app.engine import job_admin
 from app.engine.dependencies import ParentRefused, enqueue_after
-from app.engine.jobs import NewJob, enqueue, enqueue_replacing, holder_of_key
+from app.engine.jobs import PRIORITY_MAX, PRIORITY_MIN, NewJob, enqueue, enqueue_replacing, holder_of_key
 from app.pipeline.payloads import PayloadRefused, check_payload
 from app.pipeline.registry import RESERVED_TYPES
 from app.pipeline.stage import DedupeKeyFixed, JobRefused, Stage
@@ -101,6 +101,14 @@ def unique_for_of(stage: Stage, dedupe_key: str | None, given: float | None, rep
     return window or None
 
 
+def priority_of(given: int) -> int:
+    """The job's priority within its lane, when the column can hold it."""
+    if isinstance(given, bool) or not isinstance(given, int) or not PRIORITY_MIN <= given <= PRIORITY_MAX:
+        raise NotAdmitted("invalid_value", f"priority must be a whole number from {PRIORITY_MIN} to "
+                                           f"{PRIORITY_MAX}, not {given!r}", {"priority": given})
+    return given
+
+
 async def accepted(db, stage: Stage, lane: uuid.UUID, payload: dict[str, Any]) -> None:
     """The stage's last word on what the payload names (its `accepts`)."""
     try:
@@ -138,19 +146,22 @@ async def _insert(db, new: NewJob, parents: list[uuid.UUID], run_anyway: bool) -
 async def admit(db, stages: Iterable[Stage], type_: str, payload: Any, *, lane: uuid.UUID,
                 settings, dedupe_key: str | None = None, run_after: datetime | None = None,
                 unique_for: float | None = None, replace: bool = False,
-                after: Sequence[uuid.UUID] | None = None, run_anyway: bool = False) -> Admitted:
+                after: Sequence[uuid.UUID] | None = None, run_anyway: bool = False,
+                priority: int = 0) -> Admitted:
     """One job people asked for, through every rule above; the new job, or the one holding
     its dedupe key (replaced: a pending one that took this one's payload and due time).
     `after`: the jobs it waits for (it runs once all of them are done; run_anyway: also
-    once any of them failed or was cancelled), each one the enqueuer's to see."""
+    once any of them failed or was cancelled), each one the enqueuer's to see. `priority`:
+    its rank within the lane (higher first, then oldest)."""
     stage = stage_for(stages, type_)
     parents = parents_of(after, run_anyway, replace)
     payload = checked_payload(stage, payload, settings)
     dedupe_key = dedupe_key_of(stage, lane, payload, dedupe_key)
     window = unique_for_of(stage, dedupe_key, unique_for, replace)
+    priority = priority_of(priority)
     await accepted(db, stage, lane, payload)
     new = NewJob(type=type_, payload=payload, dedupe_key=dedupe_key, lane=lane, run_after=run_after,
-                 unique_for=window)
+                 unique_for=window, priority=priority)
     for _ in range(TRIES):
         try:
             if replace:

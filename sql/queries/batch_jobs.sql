@@ -1,2 +1,2 @@
-SELECT id, type, status, attempts, total, progress, last_error, run_after, created_at, finished_at
+SELECT id, type, status, attempts, priority, total, progress, last_error, run_after, created_at, finished_at
 FROM jobs WHERE batch_id = :batch_id ORDER BY created_at, id

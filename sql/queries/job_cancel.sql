@@ -12,4 +12,4 @@ SET status              = CASE WHEN status IN ('pending', 'waiting') THEN 'cance
     cancel_requested_at = coalesce(cancel_requested_at, now())
 WHERE id = :job_id AND status IN ('pending', 'running', 'waiting')
 RETURNING id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
-          run_id, batch_id, lane, total, progress, created_at, finished_at, cancel_requested_at
+          run_id, batch_id, lane, priority, total, progress, created_at, finished_at, cancel_requested_at

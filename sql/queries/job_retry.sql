@@ -9,4 +9,4 @@ SET status = 'pending', attempts = 0, run_after = now(), locked_at = NULL, finis
 WHERE id = :job_id AND status IN ('failed', 'cancelled')
   AND (SELECT jobs_let_go_of_keys(ARRAY[:job_id]::uuid[])) >= 0
 RETURNING id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
-          run_id, batch_id, lane, total, progress, created_at, finished_at
+          run_id, batch_id, lane, priority, total, progress, created_at, finished_at

@@ -13,7 +13,7 @@
 -- its created_at has an id between them; the others (created_at set by hand, a long
 -- transaction, a random id) are read off jobs_created_apart_idx, outside the bounds.
 (SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
-       run_id, batch_id, lane, total, progress, created_at, finished_at
+       run_id, batch_id, lane, priority, total, progress, created_at, finished_at
 FROM jobs
 WHERE id < least(coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'),
                  coalesce(job_id_bound(:until::timestamptz), 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
@@ -29,7 +29,7 @@ ORDER BY id DESC
 LIMIT :limit)
 UNION ALL
 (SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
-       run_id, batch_id, lane, total, progress, created_at, finished_at
+       run_id, batch_id, lane, priority, total, progress, created_at, finished_at
 FROM jobs
 WHERE (:until::timestamptz IS NOT NULL OR :since::timestamptz IS NOT NULL)
   -- jobs_created_apart_idx's predicate

@@ -21,7 +21,7 @@ FROM (
           SELECT unnest(:lanes::uuid[])) l
     CROSS JOIN LATERAL (
         SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
-               run_id, batch_id, lane, total, progress, created_at, finished_at
+               run_id, batch_id, lane, priority, total, progress, created_at, finished_at
         FROM jobs
         -- the lane's ids from the one :since bounds up to the one :after or :until bounds,
         -- as row comparisons: the index walk starts at one and stops at the other. (Beside
@@ -48,7 +48,7 @@ FROM (
     UNION ALL
     -- the lanes' jobs created in [:since, :until) whose ids lie outside the bounds
     (SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
-            run_id, batch_id, lane, total, progress, created_at, finished_at
+            run_id, batch_id, lane, priority, total, progress, created_at, finished_at
      FROM jobs
      WHERE (:until::timestamptz IS NOT NULL OR :since::timestamptz IS NOT NULL)
        -- jobs_created_apart_idx's predicate
@@ -71,7 +71,7 @@ FROM (
      LIMIT :limit)
     UNION ALL
     SELECT id, type, status, payload, dedupe_key, attempts, run_after, locked_at, last_error,
-           run_id, batch_id, lane, total, progress, created_at, finished_at
+           run_id, batch_id, lane, priority, total, progress, created_at, finished_at
     FROM jobs
     WHERE status = 'running' AND (:status::text IS NULL OR :status = 'running')
       AND id < coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff')
