@@ -13,11 +13,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from app.api.deps import pool_of
 from app.api.errors import ApiError
+from app.api.json_numbers import JsonInt
 from app.api.params import only_params
 from app.api.payloads import accepted_job, accepted_payload, stage_of
 from app.engine import batches as engine
 from app.engine import job_admin
 from app.engine.batches import BatchRequest, LaneNotFound
+from app.engine.jobs import PRIORITY_MAX, PRIORITY_MIN
 from app.json_values import iso
 from app.pipeline import outcomes
 
@@ -39,6 +41,9 @@ class BatchCallbackIn(BaseModel):
 
 class BatchJobIn(BatchCallbackIn):
     total: StrictInt | None = Field(None, ge=0, le=MAX_TOTAL, description="expected units of work, for a progress bar")
+    priority: JsonInt = Field(0, ge=PRIORITY_MIN, le=PRIORITY_MAX, strict=True,
+                              description="its rank within the lane: higher is claimed first, then oldest (as "
+                                          "POST /jobs's priority)")
 
 
 class BatchIn(BaseModel):
@@ -69,6 +74,7 @@ class BatchJobOut(BaseModel):
     type: str
     status: str
     attempts: int
+    priority: int = Field(description="its rank within the lane: higher is claimed first")
     total: int | None
     progress: int | None
     lastError: str | None
@@ -120,7 +126,7 @@ async def create_batch_in_lane(lane: uuid.UUID, body: BatchIn, request: Request,
                        f"job type {twice[0]!r} is asked for more than once; a batch makes one job per type",
                        {"duplicates": twice})
     requests = [BatchRequest(j.type, accepted_payload(request, j.type, j.payload, ("body", "jobs", i, "payload")),
-                             j.total) for i, j in enumerate(body.jobs)]
+                             j.total, j.priority) for i, j in enumerate(body.jobs)]
     callback = body.callback and (body.callback.type, accepted_payload(request, body.callback.type,
                                                                        body.callback.payload,
                                                                        ("body", "callback", "payload")))
@@ -163,7 +169,7 @@ async def get_batch(batch_id: uuid.UUID, request: Request) -> dict[str, Any]:
         "total": row["total"], "progress": row["progress"] or 0,
         "createdAt": iso(row["created_at"]), "finishedAt": iso(row["finished_at"]),
         "children": [{"id": c["id"], "type": c["type"], "status": c["status"], "attempts": c["attempts"],
-                      "total": c["total"], "progress": c["progress"], "lastError": c["last_error"]}
+                      "priority": c["priority"], "total": c["total"], "progress": c["progress"], "lastError": c["last_error"]}
                      for c in children],
     }
 

@@ -15,11 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from app.api.cache import CACHED, cached_json, forget
 from app.api.deps import JOB_TYPES_MARK, enqueueable_types, listed_types, pool_of
 from app.api.errors import ApiError
+from app.api.json_numbers import JsonInt
 from app.api.pagination import ListQuery, Param, enum_param, text_param, time_param, uuid_param
 from app.api.payloads import not_admitted
 from app.api.params import only_params
 from app.engine import job_admin
-from app.engine.jobs import DEFAULT_LANE, MAX_DEDUPE_KEY_CHARS, holder_of_key
+from app.engine.jobs import DEFAULT_LANE, MAX_DEDUPE_KEY_CHARS, PRIORITY_MAX, PRIORITY_MIN, holder_of_key
 from app.json_values import iso
 from app.runtime import job_json
 from app.pipeline import admission, outcomes
@@ -73,6 +74,8 @@ class JobOut(BaseModel):
     runId: uuid.UUID | None = Field(description="the run that holds, or last held, the job")
     batchId: uuid.UUID | None
     lane: uuid.UUID = Field(description="the fairness lane (all zeros: the default lane, work nobody owns)")
+    priority: int = Field(description="its rank within its lane: higher is claimed first, then oldest (0 unless "
+                                      "the enqueue said)")
     total: int | None = Field(description="expected units of work, when the job said")
     progress: int | None = Field(description="units done so far, when the job said")
     createdAt: datetime
@@ -142,6 +145,11 @@ class JobIn(BaseModel):
                     "must be a job the key can see (422 unknown_parent otherwise)")
     run_anyway: StrictBool = Field(False, description="with after: run also when a job it waits for failed or was "
                                                 "cancelled, instead of being cancelled with it")
+    priority: JsonInt = Field(
+        0, ge=PRIORITY_MIN, le=PRIORITY_MAX, strict=True,
+        description="its rank within its lane: of the lane's ready jobs of its type, higher is claimed first, "
+                    "then oldest. Between lanes nothing changes (the lane's priority, then the lane served "
+                    "least). A replace keeps the pending job's own")
 
     @field_validator("type", "dedupe_key")
     @classmethod
@@ -263,7 +271,7 @@ async def create_job(body: JobIn, request: Request) -> JSONResponse:
                                          settings=runtime.settings, dedupe_key=body.dedupe_key,
                                          run_after=body.run_after, unique_for=body.unique_for,
                                          replace=body.on_conflict == "replace", after=body.after,
-                                         run_anyway=body.run_anyway)
+                                         run_anyway=body.run_anyway, priority=body.priority)
     except admission.NotAdmitted as refused:
         raise not_admitted(refused, ("body", "payload")) from None
     job = job_json(admitted.job)

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timezone
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.api.auth import require_admin
 from app.api.deps import pool_of
 from app.api.errors import ApiError
+from app.api.json_numbers import JsonInt
 from app.api.pagination import ListQuery
 from app.api.params import only_params
 from app.engine import lanes as engine
@@ -27,15 +28,6 @@ router = APIRouter(tags=["lanes"])
 LANE_LIST = ListQuery("lanes")
 # Lanes are paged by id alone; the cursor's time is a constant.
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def _whole(value: Any) -> Any:
-    """JSON has one number type: 5.0 is the integer 5 to JSON Schema, so it is to us."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-# Strict (no "5", no true) but JSON's idea of an integer
-JsonInt = Annotated[int, BeforeValidator(_whole)]
 
 
 class LaneOut(BaseModel):

@@ -85,6 +85,8 @@ def _parser(plugins: list[Plugin]) -> argparse.ArgumentParser:
                    help="wait for this job to be done first (repeatable: wait for every one named)")
     e.add_argument("--run-anyway", action="store_true",
                    help="with --after: run also when a job it waits for failed or was cancelled")
+    e.add_argument("--priority", type=jobs.signed_whole("--priority", q.PRIORITY_MIN, q.PRIORITY_MAX), default=0,
+                   metavar="N", help="its rank within its lane: higher is claimed first, then oldest (default 0)")
     r = sub.add_parser("run-once", help="run the pipeline once and print its summary")
     r.add_argument("--budget", type=float, help="seconds to keep claiming (capped by the setting)")
     r.add_argument("--trigger", default="manual", help="recorded in the runs row")
@@ -155,7 +157,8 @@ async def _enqueue(args, settings: Settings, plugins: list[Plugin], dsn: str) ->
                 db, configured_stages(settings, plugins), args.type, payload, lane=lane, settings=settings,
                 dedupe_key=args.dedupe_key,
                 run_after=datetime.now(timezone.utc) + timedelta(seconds=args.delay) if args.delay else None,
-                unique_for=args.unique_for, replace=args.replace, after=after, run_anyway=args.run_anyway)
+                unique_for=args.unique_for, replace=args.replace, after=after, run_anyway=args.run_anyway,
+                priority=args.priority)
         except admission.NotAdmitted as refused:
             raise (CommandFailed if refused.status == 409 else CommandError)(_refusal(refused, args.type)) from None
     return {"created": admitted.created, "replaced": admitted.replaced, "job": job_json(admitted.job)}

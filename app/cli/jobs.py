@@ -122,6 +122,18 @@ def _limit(text: str) -> int:
     return limit
 
 
+def signed_whole(what: str, low: int, high: int):
+    """An argument that is a whole number from low to high ('-' before the digits: below zero)."""
+    def parse(text: str) -> int:
+        negative = text.startswith("-")
+        n = whole_number(text[1:] if negative else text)
+        if n is None or not low <= (value := -n if negative else n) <= high:
+            raise argparse.ArgumentTypeError(f"{what} {text!r} must be a whole number from {low} to {high}")
+        return value
+    parse.__name__ = what
+    return parse
+
+
 def duration(text: str) -> float:
     """'90s', '30m', '2h', '7d' or plain seconds."""
     m = DURATION.match(text)

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import argparse
 
-from app.cli.jobs import DEFAULT_LIMIT, MAX_LIMIT, _json_arg, _limit, _uuid, acting_as_cli
+from app.cli.jobs import DEFAULT_LIMIT, MAX_LIMIT, _json_arg, _limit, _uuid, acting_as_cli, signed_whole
 from app.cli.output import render, table
 from app.engine import lanes
 from app.json_values import lane_json
-from app.whole_numbers import whole_number
 
 LANE_COLUMNS = [("LANE", "lane"), ("PENDING", "pending"), ("RUNNING", "running"), ("PRIORITY", "priority"),
                 ("PAUSED", "pausedMark"), ("OWNER", "ownerId")]
@@ -38,18 +37,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         cmd.set_defaults(run=lane_rank, priority=None, paused=paused)
     prio = lsub.add_parser("priority", help="set a lane's priority (higher is claimed first)")
     prio.add_argument("lane", type=_uuid("lane id"))
-    prio.add_argument("priority", type=_priority)
+    prio.add_argument("priority", type=signed_whole("priority", -lanes.PRIORITY_LIMIT, lanes.PRIORITY_LIMIT))
     _json_arg(prio)
     prio.set_defaults(run=lane_rank, paused=None)
-
-
-def _priority(text: str) -> int:
-    sign, digits = (-1, text[1:]) if text.startswith("-") else (1, text)
-    n = whole_number(digits)
-    if n is None or n > lanes.PRIORITY_LIMIT:
-        raise argparse.ArgumentTypeError(
-            f"priority {text!r} must be a whole number from {-lanes.PRIORITY_LIMIT} to {lanes.PRIORITY_LIMIT}")
-    return sign * n
 
 
 async def lanes_ls(args, cli) -> str:

@@ -77,8 +77,8 @@ async def test_bad_enqueues_are_422_naming_what_is_wrong(make_client, pool):
     made = await client.post("/jobs", json={"type": "record", "lane": lane})
     assert made.status_code == 201 and made.json()["job"]["lane"] == lane
     assert await pool.fetchval("SELECT owner_id FROM lanes WHERE id = $1", uuid.UUID(lane)) is None
-    extra = assert_error(await client.post("/jobs", json={"type": "record", "priority": 1}), 422, "invalid_request")
-    assert "priority" in extra["message"]
+    extra = assert_error(await client.post("/jobs", json={"type": "record", "weight": 1}), 422, "invalid_request")
+    assert "weight" in extra["message"]
     payload = assert_error(await client.post("/jobs", json={"type": "record", "payload": [1]}), 422, "invalid_request")
     assert "payload" in payload["message"]
     nul = await client.post("/jobs", json={"type": "record", "payload": {"a": "x\u0000y"}})

@@ -649,6 +649,7 @@ async function showJob(focus) {
     fact("Status", statusText(job)), fact("Stage", job.type), fact("Attempts", String(job.attempts)),
     fact("Created", when(job.createdAt)), fact("Due", when(job.runAfter)), fact("Claimed", when(job.lockedAt)),
     fact("Finished", when(job.finishedAt)), fact("Lane", el("code", { text: job.lane })),
+    fact("Priority", String(job.priority)),
     fact("Dedupe key", job.dedupeKey === null ? "none" : el("code", { text: job.dedupeKey })),
     fact("Progress", job.total === null ? "–" : `${job.progress || 0} of ${job.total}`),
     el("div", {}, el("dt", { text: "Batch" }), batch), el("div", {}, el("dt", { text: "Run" }), run));
