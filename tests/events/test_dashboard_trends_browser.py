@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not instal
 
 async def seed_trends_and_a_batch(pool, a, b) -> str:
     """Jobs that ended over the last hour and day (a's and b's), runs that stopped for
-    different reasons, and a batch of a's: 3 done, 1 failed, 2 open. Returns the batch's id."""
+    different reasons, and a batch of a's (priority 4): 3 done, 1 failed, 2 open. Returns the batch's id."""
     for lane, type_, status, minutes, n in ((a.lane, "record", "done", 5, 12), (a.lane, "record", "failed", 5, 2),
                                             (a.lane, "record", "done", 300, 7), (b.lane, "broken", "done", 5, 40)):
         await pool.execute(
@@ -30,9 +30,9 @@ async def seed_trends_and_a_batch(pool, a, b) -> str:
                        "(ARRAY['no_work', 'time_budget', 'error'])[1 + g % 3] FROM generate_series(1, 9) g")
     batch = await pool.fetchval("INSERT INTO batches (lane, status) VALUES ($1, 'running') RETURNING id", a.lane)
     await pool.execute(
-        "INSERT INTO jobs (type, lane, batch_id, status, attempts, finished_at, last_error) "
+        "INSERT INTO jobs (type, lane, batch_id, status, attempts, finished_at, last_error, priority) "
         "SELECT 'record', $1, $2, s, (s <> 'pending')::int, CASE WHEN s IN ('done', 'failed') THEN now() END, "
-        "       CASE WHEN s = 'failed' THEN 'RuntimeError: no' END "
+        "       CASE WHEN s = 'failed' THEN 'RuntimeError: no' END, 4 "
         "FROM unnest(ARRAY['done', 'done', 'done', 'failed', 'pending', 'pending']) s", a.lane, batch)
     return str(batch)
 
@@ -95,6 +95,8 @@ async def test_a_batchs_panel_from_the_batches_card_and_from_a_jobs_panel(pool, 
     # a job of the batch opens its panel; from there, its batch's panel again
     await panel.locator("#batch-table tbody tr[data-child] button.link").first.press("Enter")
     await expect(page.locator("#job-title")).to_be_focused()
+    priority = page.locator("#job-facts div", has=page.locator("dt", has_text="Priority")).locator("dd")
+    await expect(priority).to_have_text("4")
     await page.locator("#batch-close").press("Enter")
     await expect(panel).to_be_hidden()
     job_panel_batch = page.locator("#job-facts").get_by_role("button", name=f"Open batch {short}")
