@@ -583,3 +583,25 @@ async def test_ranked_jobs_of_many_lanes_go_in_lane_order_and_none_is_taken_twic
         for lane, want in wants.items():
             mine = [nth[i] for i in want if i in nth]
             assert mine == sorted(mine), lane
+
+
+async def test_a_job_set_back_to_priority_0_in_plain_sql_is_found_behind_the_lanes_head(pool):
+    """The lane's head is its oldest job of priority 0; a ranked job older than it, set back
+    to 0 by hand, goes first as the oldest (migration 0059), and is not left behind."""
+    older, newer = await f.jobs(pool, "t", 2)
+    await pool.execute("UPDATE jobs SET priority = 5 WHERE id = $1", older)
+    run_id = await f.run(pool)
+    await pool.execute("SELECT job_lanes_fold()")  # the head: the newer job, the oldest of priority 0
+    await pool.execute("UPDATE jobs SET priority = 0 WHERE id = $1", older)
+    order = [(await q.claim(pool, f.lease(), run_id, 1))[0].id for _ in range(2)]
+    assert order == [older, newer]
+    assert await q.claim(pool, f.lease(), run_id, 1) == []
+
+
+async def test_a_claimed_job_carries_its_priority_for_the_jobs_it_enqueues(pool):
+    [job_id] = await f.jobs(pool, "t", 1)
+    await pool.execute("UPDATE jobs SET priority = 7 WHERE id = $1", job_id)
+    for lease in (f.lease(), q.Lease("t", 900, 3, global_concurrency=5, limit_by="lane")):
+        [job] = await q.claim(pool, lease, await f.run(pool), 5)
+        assert (job.id, job.priority) == (job_id, 7)
+        await pool.execute("UPDATE jobs SET status = 'pending', run_id = NULL, locked_at = NULL")

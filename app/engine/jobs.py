@@ -33,13 +33,15 @@ class Job:
     dedupe_key: str | None = None
     created_at: datetime | None = None
     trace_context: str | None = None  # the enqueuer's W3C traceparent (trace_context.py)
+    priority: int = 0  # its rank inside its lane (NewJob.priority), to pass on to the jobs it enqueues
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> "Job":
         # once per claimed job: by position, no dict of keyword arguments. Only the claim
-        # returns trace_context: the handler's span is all that reads it.
+        # returns trace_context (the handler's span is all that reads it) and priority.
         return cls(row["id"], row["type"], row["payload"], row["attempts"], row["lane"], row["run_id"],
-                   row["batch_id"], row["dedupe_key"], row["created_at"], row.get("trace_context"))
+                   row["batch_id"], row["dedupe_key"], row["created_at"], row.get("trace_context"),
+                   row.get("priority", 0))
 _CLAIM = statement("claim")  # the hot path: translated once, here
 
 

@@ -310,7 +310,7 @@ WITH done AS (
     -- otherwise hash-join it against the whole table, done history included
     WHERE jobs.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING jobs.id, jobs.type, jobs.payload, jobs.attempts, jobs.lane, jobs.run_id, jobs.batch_id,
-              jobs.dedupe_key, jobs.created_at, jobs.trace_context
+              jobs.dedupe_key, jobs.created_at, jobs.trace_context, jobs.priority
 )
 SELECT c.*, w.done, w.handed_back
 FROM (SELECT (SELECT count(*) FROM done) AS done, (SELECT count(*) FROM handed_back) AS handed_back

@@ -136,7 +136,7 @@ WITH held AS (
     SET status = 'running', locked_at = clock_timestamp(), attempts = jobs.attempts + 1, run_id = :run_id
     WHERE jobs.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING jobs.id, jobs.type, jobs.payload, jobs.attempts, jobs.lane, jobs.run_id, jobs.batch_id,
-              jobs.dedupe_key, jobs.created_at, jobs.trace_context,
+              jobs.dedupe_key, jobs.created_at, jobs.trace_context, jobs.priority,
               job_limit_key(jobs.lane, jobs.payload, :by_lane, :path::text[]) AS limit_key
 )
 SELECT c.* FROM claimed c, folded ORDER BY c.created_at, c.id
