@@ -1,6 +1,6 @@
 """What the hot path reads per call must not grow with the work done while a snapshot is
 held open (a report, a pg_dump): measured per statement with pg_stat_statements, through
-the real pipeline, after 100 jobs and after 10,000 (docs/queue.md#a-shared-database)."""
+the real pipeline, after 100 jobs and after 10,000 (docs/shared-database.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The lane journal and its fold (docs/queue.md#a-shared-database). Claims, endings and the
+"""The lane journal and its fold (docs/shared-database.md). Claims, endings and the
 enqueues into a lane the claim already walks write a journal line and no lane row; once a
 second, a claim (or a run's heartbeat or end) folds the lines into the rows of the next
 epoch. A claim never waits for a lane row another transaction holds, reads the lines as part

@@ -202,7 +202,7 @@ async def stuck_candidates(db, lease: Lease) -> list[uuid.UUID]:
 
 async def lower_running_floors(db, types: list[str]) -> None:
     """Bring each type's floor of running lock times down to its oldest running job's
-    (the claim's look for expired leases starts at the floor: docs/queue.md#a-shared-database)."""
+    (the claim's look for expired leases starts at the floor: docs/shared-database.md)."""
     await db.execute(*statement("running_floors_lower").bind(types=types))
 
 

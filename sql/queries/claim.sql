@@ -15,7 +15,7 @@
 -- then the ranked ones below 0, and stops when it has what it needs (migration 0058). Within
 -- one claim a lane's k-th job counts as served + k: claiming 25 at once interleaves lanes
 -- exactly as 25 claims of one would. The lanes come off job_lanes_claim_idx in that order
--- as the last fold wrote it (docs/queue.md#a-shared-database), so a claim of n reads
+-- as the last fold wrote it (docs/shared-database.md), so a claim of n reads
 -- about 4n + 32 lane rows however many lanes exist or have work. When the current epoch
 -- is a second old, the claim first folds the journal into the next (folded).
 --
@@ -56,7 +56,7 @@ WITH done AS (
                        ORDER BY l.epoch DESC LIMIT 1) l ON true
     WHERE j.type = :type AND j.status = 'running'
       -- from the type's floor: no running job was locked before it, and the entries before
-      -- it are jobs that ended, kept while a snapshot is held (docs/queue.md#a-shared-database)
+      -- it are jobs that ended, kept while a snapshot is held (docs/shared-database.md)
       AND j.locked_at >= job_running_floor(:type)
       AND j.locked_at < now() - make_interval(secs => :lease_seconds)
       AND j.attempts < :max_attempts

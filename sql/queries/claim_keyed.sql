@@ -94,7 +94,7 @@ WITH held AS (
                        ORDER BY l.epoch DESC LIMIT 1) l ON true
     WHERE j.type = :type AND j.status = 'running'
       -- from the type's floor: no running job was locked before it, and the entries before
-      -- it are jobs that ended, kept while a snapshot is held (docs/queue.md#a-shared-database)
+      -- it are jobs that ended, kept while a snapshot is held (docs/shared-database.md)
       AND j.locked_at >= job_running_floor(:type)
       AND j.locked_at < now() - make_interval(secs => :lease_seconds)
       AND j.attempts < :max_attempts
