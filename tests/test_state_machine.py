@@ -86,7 +86,7 @@ class Queue:
     def enqueue(self, type_, lane, key, run_after, batch, window, replace):
         """(the job's id, whether it is new), or None for a no-op."""
         args = dict(type=type_, payload={}, dedupe_key=key, lane=lane, run_after=run_after, batch_id=batch,
-                    total=None, unique_for=window, trace_context=None)
+                    total=None, unique_for=window, trace_context=None, priority=0)
         if replace:
             rows = self.fetch("enqueue_replacing", **args)
             return (rows[0]["id"], rows[0]["created"]) if rows else None
@@ -97,7 +97,8 @@ class Queue:
         """The new job's id, None for a no-op, or "refused" (a parent that does not exist)."""
         try:
             rows = self.fetch("enqueue_after", type=type_, payload={}, dedupe_key=key, lane=lane, run_after=None,
-                              trace_context=None, unique_for=window, parents=parents, run_anyway=run_anyway)
+                              trace_context=None, unique_for=window, parents=parents, run_anyway=run_anyway,
+                              priority=0)
         except asyncpg.ForeignKeyViolationError:
             return "refused"
         return rows[0]["id"] if rows else None

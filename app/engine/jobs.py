@@ -200,12 +200,6 @@ async def stuck_candidates(db, lease: Lease) -> list[uuid.UUID]:
     return [r["id"] for r in rows]
 
 
-async def lower_running_floors(db, types: list[str]) -> None:
-    """Bring each type's floor of running lock times down to its oldest running job's
-    (the claim's look for expired leases starts at the floor: docs/shared-database.md)."""
-    await db.execute(*statement("running_floors_lower").bind(types=types))
-
-
 async def fail_stuck(db, lease: Lease, job_id: uuid.UUID) -> Job | None:
     """Fail one job stuck on its last attempt; None if someone else already did."""
     row = await db.fetchrow(*statement("fail_stuck").bind(job_id=job_id, type=lease.type,

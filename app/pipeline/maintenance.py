@@ -38,7 +38,6 @@ async def sweep_stuck(pool, stages: list[Stage], ctx: Context) -> int:
     run will end (its holder died, or it went back to pending first) is cancelled, not
     retried nor given up (outcomes.cancel_stuck, with its cancelled hook)."""
     swept = 0
-    await q.lower_running_floors(pool, [stage.type for stage in stages])
     asked = await cancels.stuck_candidates(pool, [stage.lease_terms for stage in stages])
     for stage in stages:
         await _cancel_stuck(pool, stage, asked.get(stage.type, ()), ctx)
