@@ -356,7 +356,7 @@ async def test_overlapping_runs_share_the_work_without_doubling_it(pool):
 
     async def work(job, ctx):
         done.append(job.id)
-        await asyncio.sleep(0.002)
+        await asyncio.sleep(0.02)  # one run alone would take over a second: each of three starts in time
 
     ids = await f.jobs(pool, "t", 300)
     stages = [Stage(type="t", handler=work, batch=10, concurrency=5)]
