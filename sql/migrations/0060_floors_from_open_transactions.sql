@@ -49,8 +49,8 @@ BEGIN
     )
     INSERT INTO job_running_floors (epoch, type, floor_at)
     SELECT now_epoch + 1, f.type,
-           -- never above the old floor's successor's bound: with no time for the oldest
-           -- open transaction (older than an hour, or none noted yet) the floor stays
+           -- never below the old floor (it only moves up); with no time noted for the
+           -- oldest open transaction (older than an hour, or none noted yet) it stays
            greatest(f.old_floor, least(f.oldest, coalesce(open_since - interval '1 second', f.old_floor)))
     FROM floors f
     WHERE f.oldest IS NOT NULL OR f.type = ANY (folded_types);
