@@ -1,0 +1,57 @@
+"""Each fold writes a lane's row into the next epoch, and a held snapshot keeps every version
+it wrote. The statements that look a lane's row up by its key (the fold, and the count that
+runs in every claim, ending and enqueue) read it newest first off job_lanes_pkey, however
+many epochs lie behind it (migration 0063): not every version through a bitmap and a sort."""
+
+from __future__ import annotations
+
+import json
+
+from app.engine import jobs as q
+from app.engine.db import connect
+from app.engine.jobs import NewJob
+
+
+async def _buffers(pool, sql: str, *args) -> int:
+    """The statement, rolled back: the buffers it and every statement inside it read."""
+    async with pool.acquire() as conn:
+        tr = conn.transaction()
+        await tr.start()
+        try:
+            plan = json.loads(await conn.fetchval(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", *args))
+        finally:
+            await tr.rollback()
+    top = plan[0]["Plan"]
+    return top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
+
+
+async def test_a_lanes_row_is_found_newest_first_after_hundreds_of_folds_with_a_snapshot_held(pool, dsn):
+    holder = await connect(dsn)
+    try:
+        await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jobs")
+        lanes = [r[0] for r in await pool.fetch(
+            "INSERT INTO lanes (id) SELECT gen_random_uuid() FROM generate_series(1, 20) RETURNING id")]
+
+        async def folds(n: int) -> None:
+            for _ in range(n):
+                await q.enqueue_many(pool, [NewJob(type="t", lane=lane) for lane in lanes])
+                await pool.execute("SELECT job_lanes_fold()")
+
+        async def measured() -> tuple[int, int]:
+            # as autovacuum would: statistics that see one live row per lane
+            await pool.execute("ANALYZE job_lanes")
+            await q.enqueue_many(pool, [NewJob(type="t", lane=lane) for lane in lanes])
+            fold = await _buffers(pool, "SELECT job_lanes_fold()")
+            n = len(lanes)
+            count = await _buffers(
+                pool, "SELECT job_lanes_count($1, $2, $3, $3, $4, $4, $4, $4, false)",
+                ["t"] * n, lanes, [0] * n, [None] * n)
+            return fold, count
+
+        await folds(10)
+        few = await measured()
+        await folds(400)
+        many = await measured()
+        assert many[0] <= 2 * few[0] + 20 and many[1] <= 2 * few[1] + 20, (few, many)
+    finally:
+        await holder.close()
