@@ -1,7 +1,8 @@
-"""Each fold writes a lane's row into the next epoch, and a held snapshot keeps every version
-it wrote. The statements that look a lane's row up by its key (the fold, and the count that
-runs in every claim, ending and enqueue) read it newest first off job_lanes_pkey, however
-many epochs lie behind it (migration 0063): not every version through a bitmap and a sort."""
+"""Each fold writes a lane's row into the next epoch and deletes the journal lines it folded,
+and a held snapshot keeps every version and line. The statements that look a lane's row up
+by its key (the fold, and the count that runs in every claim, ending and enqueue) read it
+newest first off job_lanes_pkey, and the fold takes each lane's lines from its mark, however
+many folds lie behind (migration 0063)."""
 
 from __future__ import annotations
 
@@ -38,8 +39,8 @@ async def test_a_lanes_row_is_found_newest_first_after_hundreds_of_folds_with_a_
                 await pool.execute("SELECT job_lanes_fold()")
 
         async def measured() -> tuple[int, int]:
-            # as autovacuum would: statistics that see one live row per lane
-            await pool.execute("ANALYZE job_lanes")
+            # as autovacuum would: statistics that see a live row per lane and a few lines
+            await pool.execute("ANALYZE")
             await q.enqueue_many(pool, [NewJob(type="t", lane=lane) for lane in lanes])
             fold = await _buffers(pool, "SELECT job_lanes_fold()")
             n = len(lanes)
