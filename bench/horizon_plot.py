@@ -1,6 +1,10 @@
 """The horizon soak's plot (bench/horizon.py): one PNG per variant, Skiplock's and
 pgqueuer's lines side by side, the pinned interval shaded. Needs matplotlib (the `bench`
-extra); drawn with the Agg backend, so no display is needed."""
+extra); drawn with the Agg backend, so no display is needed.
+
+`python -m bench.horizon_plot RESULTS.json [RESULTS.json ...]` draws docs/horizon-*.png
+again from sittings' results files, each system's run from the last file that has one (a
+Skiplock-only sitting beside pgqueuer's from an earlier one); each line names its sitting."""
 
 from __future__ import annotations
 
@@ -47,8 +51,9 @@ def draw(variant: str, runs: dict, horizon: dict, out: dict, path: Path) -> None
                 continue
             pts = [(row["t"], row[key]) for row in series if row[key] is not None]
             values += [v for _, v in pts]
+            label = LABELS.get(name, name) + (f", {r['sitting']}" if r.get("sitting") else "")
             ax.plot([t for t, _ in pts], [v for _, v in pts], color=COLOURS.get(name), lw=1.2,
-                    label=LABELS.get(name, name))
+                    label=label)
         if target is not None:
             ax.axhline(target, color="#b00020", lw=0.9, ls="--", label=f"Skiplock's target ({target:,g})")
             _symlog_if_wide(ax, values, target, linthresh)
@@ -66,3 +71,30 @@ def draw(variant: str, runs: dict, horizon: dict, out: dict, path: Path) -> None
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m bench.horizon_plot", description=__doc__.split("\n\n")[1])
+    parser.add_argument("results", nargs="+", type=Path, help="horizon results files, oldest first")
+    args = parser.parse_args(argv)
+    variants: dict[str, dict] = {}
+    for path in args.results:
+        out = json.loads(path.read_text())
+        last = out
+        for variant, runs in out["horizon"]["variants"].items():
+            for name, run in runs.items():
+                if run.get("series"):
+                    variants.setdefault(variant, {})[name] = {**run, "sitting": out["machine"]["date"][:16].replace("T", " ")}
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    for variant, runs in variants.items():
+        png = docs / f"horizon-{variant}.png"
+        draw(variant, runs, last["horizon"], last, png)
+        drawn = ", ".join(f"{name} {run['sitting']}" for name, run in runs.items())
+        print(f"{png}: {drawn}")
+
+
+if __name__ == "__main__":
+    main()
