@@ -15,7 +15,8 @@ ALTER FUNCTION job_lanes_count(text[], uuid[], integer[], integer[], timestamptz
 ALTER FUNCTION job_lanes_write(text[], uuid[], integer[], integer[], timestamptz[], timestamptz[],
                                timestamptz[], timestamptz[]) SET enable_bitmapscan = off;
 
--- migration 0062's fold, but for the DELETE of the lines taken
+-- Migration 0058's fold, with the lane's next ready time read as migration 0062 says and the
+-- lines taken lane by lane
 CREATE OR REPLACE FUNCTION job_lanes_fold() RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp SET enable_seqscan = off
 SET enable_bitmapscan = off AS $$
