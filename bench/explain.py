@@ -8,6 +8,7 @@ parameters written as literals."""
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from datetime import datetime
@@ -52,6 +53,13 @@ async def explain(conn, sql: str, args: tuple, *, mode: str = "force_generic_pla
         await tr.rollback()
         await conn.execute("DEALLOCATE under_explain")
     return "\n".join(r[0] for r in rows)
+
+
+def buffers_read(plan_json: str) -> int:
+    """Shared buffers hit or read by the whole statement (its functions' statements
+    included), from an EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) text."""
+    top = json.loads(plan_json)[0]["Plan"]
+    return top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
 
 
 def rows_filtered_away(plan: str) -> list[int]:

@@ -6,24 +6,16 @@ many folds lie behind (migration 0063)."""
 
 from __future__ import annotations
 
-import json
-
 from app.engine import jobs as q
 from app.engine.db import connect
 from app.engine.jobs import NewJob
+from bench.explain import buffers_read, explain
 
 
 async def _buffers(pool, sql: str, *args) -> int:
     """The statement, rolled back: the buffers it and every statement inside it read."""
     async with pool.acquire() as conn:
-        tr = conn.transaction()
-        await tr.start()
-        try:
-            plan = json.loads(await conn.fetchval(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", *args))
-        finally:
-            await tr.rollback()
-    top = plan[0]["Plan"]
-    return top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
+        return buffers_read(await explain(conn, sql, args, options="ANALYZE, BUFFERS, FORMAT JSON"))
 
 
 async def test_a_lanes_row_is_found_newest_first_after_hundreds_of_folds_with_a_snapshot_held(pool, dsn):
@@ -45,8 +37,9 @@ async def test_a_lanes_row_is_found_newest_first_after_hundreds_of_folds_with_a_
             fold = await _buffers(pool, "SELECT job_lanes_fold()")
             n = len(lanes)
             count = await _buffers(
-                pool, "SELECT job_lanes_count($1, $2, $3, $3, $4, $4, $4, $4, false)",
-                ["t"] * n, lanes, [0] * n, [None] * n)
+                pool, "SELECT job_lanes_count($1, $2, $3, $3, t, t, t, t, false) "
+                      "FROM array_fill(NULL::timestamptz, ARRAY[$4::int]) AS t",
+                ["t"] * n, lanes, [0] * n, n)
             return fold, count
 
         await folds(10)

@@ -6,14 +6,16 @@ jobs_wake_idx: with a snapshot held, that entry is the first job the lane had si
 from __future__ import annotations
 
 import asyncio
-import json
 from datetime import datetime, timedelta, timezone
 
 from app.engine import jobs as q
 from app.engine.db import connect
 from app.engine.job_admin import cancel_job
 from app.engine.jobs import NewJob
+from bench.explain import buffers_read, explain
 from tests import factories as f
+
+BUFFERS = "ANALYZE, BUFFERS, FORMAT JSON"
 
 
 async def _fold(pool) -> None:
@@ -24,15 +26,7 @@ async def _fold(pool) -> None:
 async def _fold_buffers(pool) -> int:
     """One fold, rolled back: the buffers it and every statement inside it read."""
     async with pool.acquire() as conn:
-        tr = conn.transaction()
-        await tr.start()
-        try:
-            plan = json.loads(await conn.fetchval(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT job_lanes_fold()"))
-        finally:
-            await tr.rollback()
-    top = plan[0]["Plan"]
-    return top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
+        return buffers_read(await explain(conn, "SELECT job_lanes_fold()", (), options=BUFFERS))
 
 
 async def test_a_fold_reads_as_much_for_a_lane_whose_head_waits_after_ten_thousand_jobs(pool, dsn):

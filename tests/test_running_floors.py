@@ -6,14 +6,13 @@ commit."""
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 
 from app.engine import jobs as q
 from app.engine.db import connect
 from app.engine.queries import statement
-from bench.explain import explain
+from bench.explain import buffers_read, explain
 from tests import factories as f
 
 
@@ -76,9 +75,7 @@ async def test_the_stuck_sweep_reads_as_much_after_ten_thousand_jobs_with_a_snap
             await _fold(pool)
             async with pool.acquire() as conn:
                 sql, *args = statement("stuck_candidates").bind(type="t", lease_seconds=0.0, max_attempts=3)
-                plan = json.loads(await explain(conn, sql, tuple(args), options="ANALYZE, BUFFERS, FORMAT JSON"))
-            top = plan[0]["Plan"]
-            return top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
+                return buffers_read(await explain(conn, sql, tuple(args), options="ANALYZE, BUFFERS, FORMAT JSON"))
         few = await through(100)
         many = await through(10_000)
         assert many <= 2 * few + 10, (few, many)

@@ -103,15 +103,20 @@ SERVER_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
 MAX_CACHED_STATEMENT_BYTES = 64 * 1024
 
 
-def _options(pooled: bool) -> dict:
+def _statement_cache(pooled: bool) -> dict:
     """Behind a transaction pooler, consecutive statements may reach different server
-    sessions: no startup parameter (PgBouncer refuses unknown ones) and no named prepared
-    statement (it would be missing on the next session). asyncpg then sends each
-    statement's Parse again with its Bind, so every call is planned afresh and
-    plan_cache_mode has nothing to cache (docs/deploy.md#behind-a-connection-pooler)."""
+    sessions: no named prepared statement (it would be missing on the next session).
+    asyncpg then sends each statement's Parse again with its Bind, so every call is planned
+    afresh and plan_cache_mode has nothing to cache (docs/deploy.md#behind-a-connection-pooler)."""
+    return {"statement_cache_size": 0} if pooled else {"max_cacheable_statement_size": MAX_CACHED_STATEMENT_BYTES}
+
+
+def _options(pooled: bool) -> dict:
+    """The pools' options; behind a pooler no startup parameter either (PgBouncer refuses
+    unknown ones)."""
     if pooled:
-        return {"statement_cache_size": 0}
-    return {"server_settings": SERVER_SETTINGS, "max_cacheable_statement_size": MAX_CACHED_STATEMENT_BYTES}
+        return _statement_cache(pooled)
+    return {"server_settings": SERVER_SETTINGS, **_statement_cache(pooled)}
 
 
 async def create_pool(dsn: str, size: int = 10, *, pooled: bool = False) -> asyncpg.Pool:
@@ -120,7 +125,6 @@ async def create_pool(dsn: str, size: int = 10, *, pooled: bool = False) -> asyn
 
 
 async def connect(dsn: str, *, pooled: bool = False) -> asyncpg.Connection:
-    conn = await asyncpg.connect(dsn, **({"statement_cache_size": 0} if pooled
-                                         else {"max_cacheable_statement_size": MAX_CACHED_STATEMENT_BYTES}))
+    conn = await asyncpg.connect(dsn, **_statement_cache(pooled))
     await _init_connection(conn)
     return conn
