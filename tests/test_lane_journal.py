@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import asyncpg
+import pytest
 
 from app.engine import jobs as q
 from app.engine.accounts import authenticate
@@ -243,3 +244,32 @@ async def test_a_lane_whose_row_was_emptied_away_gets_a_new_one(pool):
     await pool.execute("TRUNCATE job_lanes, job_lane_journal")
     [job_id] = await jobs(pool, "t", 1, lane=lane)
     assert [j.id for j in await q.claim(pool, lease("t"), await run(pool), 5)] == [job_id]
+
+
+@pytest.mark.parametrize("lane_had_work", [False, True], ids=["idle lane", "lane draining"])
+async def test_a_job_enqueued_while_a_fold_passes_is_claimable_once_committed(pool, dsn, lane_had_work):
+    """An enqueue whose transaction is still committing when a fold moves the epoch on: the
+    fold waits for it (briefly), so its lane is in the new epoch and the job is claimed at
+    once, not after the next fold a second later. The lane either had no row in the epoch
+    (written at once, into the epoch the fold left) or a row with work the fold would count
+    as gone (its last job claimed meanwhile)."""
+    lane = uuid.uuid4()
+    run_id = await run(pool)
+    if lane_had_work:
+        await jobs(pool, "t", 1, lane=lane)
+        await pool.execute("SELECT job_lanes_fold()")
+        assert len(await q.claim(pool, lease("t"), run_id, 1)) == 1  # the row still says 1 pending
+    await pool.execute("SELECT job_lanes_fold()")
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("BEGIN")
+        job = await conn.fetchval("INSERT INTO jobs (type, lane) VALUES ('t', $1) RETURNING id", lane)
+        await jobs(pool, "t", 1, lane=uuid.uuid4())  # work elsewhere: the fold has lines to fold
+        fold = asyncio.create_task(pool.execute("SELECT job_lanes_fold()"))
+        await asyncio.sleep(0.02)  # the fold has begun; the enqueue commits as it goes on
+        await conn.execute("COMMIT")
+        await fold
+    finally:
+        await conn.close()
+    got = await q.claim(pool, lease("t"), run_id, 2)
+    assert job in [j.id for j in got]
