@@ -415,7 +415,7 @@ def judge(series: list[dict], release_s: float) -> dict:
     rows = series[:-2]
     out: dict = {}
     peak = max(series, key=lambda r: r["backlog"] or 0)
-    out["backlog"] = {"target": f"<= {TARGET_BACKLOG:,} jobs every second", "value": peak["backlog"],
+    out["backlog"] = {"target": f"<= {TARGET_BACKLOG:,} jobs every second", "value": peak["backlog"] or 0,
                       "at_s": peak["t"], "met": (peak["backlog"] or 0) <= TARGET_BACKLOG}
     # a second in which nothing finished while jobs waited counts against the p95
     bad = [r for r in rows if (r["p95_s"] is not None and r["p95_s"] > TARGET_P95_S)
