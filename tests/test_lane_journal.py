@@ -266,7 +266,7 @@ async def test_a_job_enqueued_while_a_fold_passes_is_claimable_once_committed(po
         job = await conn.fetchval("INSERT INTO jobs (type, lane) VALUES ('t', $1) RETURNING id", lane)
         await jobs(pool, "t", 1, lane=uuid.uuid4())  # work elsewhere: the fold has lines to fold
         fold = asyncio.create_task(pool.execute("SELECT job_lanes_fold()"))
-        await asyncio.sleep(0.02)  # the fold has begun; the enqueue commits as it goes on
+        await asyncio.sleep(0.005)  # the fold has begun; the enqueue commits as it goes on
         await conn.execute("COMMIT")
         await fold
     finally:

@@ -5,14 +5,15 @@
 --
 -- Now whatever makes a job pending (an enqueue, a retry, a hand-back) holds a shared lock
 -- (job_lanes_pending) until its transaction ends, and the fold, once it has the fold's
--- lock, takes that lock exclusively before it reads anything, waiting at most 50 ms: the
--- enqueues in flight commit first and the fold sees them, while one the fold still holds
--- off waits for its transaction (a few milliseconds) and then sees the new epoch. A long
--- transaction that enqueued something and stays open costs the fold those 50 ms and is
--- taken along by the next fold, as before.
+-- lock, takes that lock exclusively before it reads anything, waiting at most 20 ms: the
+-- enqueues in flight commit first and the fold sees them, while one that comes after
+-- waits for the fold's transaction (a few milliseconds) and then sees the new epoch. A
+-- transaction that enqueued something and stays open costs each fold those 20 ms (and the
+-- enqueues queued behind the fold's wait as much) and is taken along by the next fold, as
+-- before.
 
 CREATE FUNCTION job_lanes_await_pending() RETURNS void
-LANGUAGE plpgsql SET lock_timeout = '50ms' AS $$
+LANGUAGE plpgsql SET lock_timeout = '20ms' AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('skiplock.job_lanes_pending'));
 EXCEPTION WHEN lock_not_available THEN
