@@ -273,3 +273,24 @@ async def test_a_job_enqueued_while_a_fold_passes_is_claimable_once_committed(po
         await conn.close()
     got = await q.claim(pool, lease("t"), run_id, 2)
     assert job in [j.id for j in got]
+
+
+async def test_a_busy_queue_folds_after_a_tenth_of_a_second_a_quiet_one_after_a_second(pool):
+    """An epoch ends after a second, or after 100 ms once 50 transactions have begun since it
+    started: the claims of a busy queue weigh and walk past a tenth of a second's work."""
+    run_id = await run(pool)
+
+    async def claim_folds() -> bool:
+        await jobs(pool, "t", 1)  # a line: a fold has something to fold
+        before = await pool.fetchval("SELECT job_lane_epoch()")
+        await q.claim(pool, lease("t"), run_id, 1)
+        return await pool.fetchval("SELECT job_lane_epoch()") > before
+
+    await asyncio.sleep(1.1)
+    assert await claim_folds(), "a second has passed"
+    await asyncio.sleep(0.15)
+    assert not await claim_folds(), "a tenth of a second, and only a few transactions"
+    for _ in range(50):
+        await pool.execute("SELECT pg_current_xact_id()")
+    assert await claim_folds(), "a tenth of a second and 50 transactions"
+    assert not await claim_folds(), "the epoch has just begun"
