@@ -1,7 +1,7 @@
 """The lane journal and its fold (docs/shared-database.md). Claims, endings and the
 enqueues into a lane the claim already walks write a journal line and no lane row; once a
-second, a claim (or a run's heartbeat or end) folds the lines into the rows of the next
-epoch. A claim never waits for a lane row another transaction holds, reads the lines as part
+second (ten times a second while busy), a claim (or a run's heartbeat or end) folds the
+lines into the rows of the next epoch. A claim never waits for a lane row another transaction holds, reads the lines as part
 of the counts, and a fold leaves a lane it cannot take to the next one."""
 
 from __future__ import annotations
