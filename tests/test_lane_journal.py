@@ -286,10 +286,18 @@ async def test_a_busy_queue_folds_after_a_tenth_of_a_second_a_quiet_one_after_a_
         await q.claim(pool, lease("t"), run_id, 1)
         return await pool.fetchval("SELECT job_lane_epoch()") > before
 
+    async def transactions_since_the_epoch_began() -> int:
+        return await pool.fetchval(
+            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::numeric - e.xid::text::numeric "
+            "FROM job_lane_epochs e ORDER BY e.epoch DESC LIMIT 1")
+
     await asyncio.sleep(1.1)
     assert await claim_folds(), "a second has passed"
     await asyncio.sleep(0.15)
-    assert not await claim_folds(), "a tenth of a second, and only a few transactions"
+    began = await transactions_since_the_epoch_began()
+    # the cluster's other transactions (autovacuum's ANALYZE) count too: a fold here is
+    # wrong only if fewer than 50 had begun
+    assert not await claim_folds() or began >= 45, "a tenth of a second, and only a few transactions"
     for _ in range(50):
         await pool.execute("SELECT pg_current_xact_id()")
     assert await claim_folds(), "a tenth of a second and 50 transactions"
