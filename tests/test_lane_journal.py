@@ -249,30 +249,39 @@ async def test_a_lane_whose_row_was_emptied_away_gets_a_new_one(pool):
 @pytest.mark.parametrize("lane_had_work", [False, True], ids=["idle lane", "lane draining"])
 async def test_a_job_enqueued_while_a_fold_passes_is_claimable_once_committed(pool, dsn, lane_had_work):
     """An enqueue whose transaction is still committing when a fold moves the epoch on: the
-    fold waits for it (briefly), so its lane is in the new epoch and the job is claimed at
-    once, not after the next fold a second later. The lane either had no row in the epoch
-    (written at once, into the epoch the fold left) or a row with work the fold would count
-    as gone (its last job claimed meanwhile)."""
-    lane = uuid.uuid4()
+    fold waits for it (up to 20 ms), so its lane is in the new epoch and the job is claimed
+    at once, not after the next fold. The lane either had no row in the epoch (written at
+    once, into the epoch the fold left) or a row with work the fold would count as gone (its
+    last job claimed meanwhile). The commit must reach the server within the fold's wait: a
+    try the machine was too busy to arrange is made again (without the wait, every try fails)."""
     run_id = await run(pool)
-    if lane_had_work:
-        await jobs(pool, "t", 1, lane=lane)
+
+    async def one_try() -> bool:
+        lane = uuid.uuid4()
+        if lane_had_work:
+            await jobs(pool, "t", 1, lane=lane)
+            await pool.execute("SELECT job_lanes_fold()")
+            assert len(await q.claim(pool, lease("t"), run_id, 1)) == 1  # the row still says 1 pending
         await pool.execute("SELECT job_lanes_fold()")
-        assert len(await q.claim(pool, lease("t"), run_id, 1)) == 1  # the row still says 1 pending
-    await pool.execute("SELECT job_lanes_fold()")
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute("BEGIN")
-        job = await conn.fetchval("INSERT INTO jobs (type, lane) VALUES ('t', $1) RETURNING id", lane)
-        await jobs(pool, "t", 1, lane=uuid.uuid4())  # work elsewhere: the fold has lines to fold
-        fold = asyncio.create_task(pool.execute("SELECT job_lanes_fold()"))
-        await asyncio.sleep(0.005)  # the fold has begun; the enqueue commits as it goes on
-        await conn.execute("COMMIT")
-        await fold
-    finally:
-        await conn.close()
-    got = await q.claim(pool, lease("t"), run_id, 2)
-    assert job in [j.id for j in got]
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute("BEGIN")
+            job = await conn.fetchval("INSERT INTO jobs (type, lane) VALUES ('t', $1) RETURNING id", lane)
+            await jobs(pool, "t", 1, lane=uuid.uuid4())  # work elsewhere: the fold has lines to fold
+            fold = asyncio.create_task(pool.execute("SELECT job_lanes_fold()"))
+            await asyncio.sleep(0.005)  # the fold has begun; the enqueue commits as it goes on
+            await conn.execute("COMMIT")
+            await fold
+        finally:
+            await conn.close()
+        got = await q.claim(pool, lease("t"), run_id, 2)
+        await q.complete(pool, run_id, [j.id for j in got])
+        return job in [j.id for j in got]
+
+    for _ in range(3):
+        if await one_try():
+            return
+    raise AssertionError("in three tries the job was not claimable until a later fold")
 
 
 async def test_a_busy_queue_folds_after_a_tenth_of_a_second_a_quiet_one_after_a_second(pool):
