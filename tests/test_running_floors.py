@@ -21,11 +21,15 @@ async def _fold(pool) -> None:
 
 
 async def _fold_past(pool, since) -> None:
-    """Folds a second apart until the type's floor is past `since`. The floor waits for the
-    oldest transaction still open in the whole cluster, and the suite's other workers open
-    writing transactions of their own in their databases: a fixed two folds are not enough."""
+    """Folds a second apart until the type's floor is past `since`. A fold moves the floor
+    to no later than a second before the time noted for the oldest transaction still open,
+    read from an earlier fold's note, so how many folds that takes depends on when the
+    claims folded; and a fold with no lines folds nothing, so each one gets a line of the
+    type (a job due in an hour, in a lane of its own)."""
     for _ in range(60):
         await asyncio.sleep(1.1)
+        await pool.execute("INSERT INTO jobs (type, lane, run_after) "
+                           "VALUES ('t', gen_random_uuid(), now() + interval '1 hour')")
         await _fold(pool)
         if await pool.fetchval("SELECT job_running_floor('t') > $1", since):
             return
