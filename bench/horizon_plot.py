@@ -8,6 +8,8 @@ Skiplock-only sitting beside pgqueuer's from an earlier one); each line names it
 
 from __future__ import annotations
 
+import argparse
+import json
 from pathlib import Path
 
 import matplotlib
@@ -74,9 +76,6 @@ def draw(variant: str, runs: dict, horizon: dict, out: dict, path: Path) -> None
 
 
 def main(argv: list[str] | None = None) -> None:
-    import argparse
-    import json
-
     parser = argparse.ArgumentParser(prog="python -m bench.horizon_plot", description=__doc__.split("\n\n")[1])
     parser.add_argument("results", nargs="+", type=Path, help="horizon results files, oldest first")
     args = parser.parse_args(argv)

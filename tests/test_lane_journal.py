@@ -297,8 +297,8 @@ async def test_a_busy_queue_folds_after_a_tenth_of_a_second_a_quiet_one_after_a_
 
     async def transactions_since_the_epoch_began() -> int:
         return await pool.fetchval(
-            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::numeric - e.xid::text::numeric "
-            "FROM job_lane_epochs e ORDER BY e.epoch DESC LIMIT 1")
+            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::numeric - t.xid::text::numeric "
+            "FROM job_xid_times t ORDER BY t.xid DESC LIMIT 1")
 
     await asyncio.sleep(1.1)
     assert await claim_folds(), "a second has passed"

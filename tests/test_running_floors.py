@@ -6,6 +6,7 @@ commit."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 
@@ -20,17 +21,22 @@ async def _fold(pool) -> None:
     await pool.execute("SELECT job_lanes_fold()")
 
 
+async def _fold_with_work_of_the_type(pool, lane) -> None:
+    """A fold with a line of type t to fold: a job of the type not due for an hour, in
+    `lane`. The line has the fold take the type along and write its floor (a fold with no
+    lines folds nothing)."""
+    await pool.execute("INSERT INTO jobs (type, lane, run_after) VALUES ('t', $1, now() + interval '1 hour')", lane)
+    await _fold(pool)
+
+
 async def _fold_past(pool, since) -> None:
-    """Folds a second apart until the type's floor is past `since`. A fold moves the floor
-    to no later than a second before the time noted for the oldest transaction still open,
-    read from an earlier fold's note, so how many folds that takes depends on when the
-    claims folded; and a fold with no lines folds nothing, so each one gets a line of the
-    type (a job due in an hour, in a lane of its own)."""
+    """Folds a second apart, each with work of the type in a lane of its own, until the
+    type's floor is past `since`. A fold moves the floor to no later than a second before
+    the time noted for the oldest transaction still open, read from an earlier fold's note,
+    so how many folds that takes depends on when the claims folded."""
     for _ in range(60):
         await asyncio.sleep(1.1)
-        await pool.execute("INSERT INTO jobs (type, lane, run_after) "
-                           "VALUES ('t', gen_random_uuid(), now() + interval '1 hour')")
-        await _fold(pool)
+        await _fold_with_work_of_the_type(pool, uuid.uuid4())
         if await pool.fetchval("SELECT job_running_floor('t') > $1", since):
             return
     raise AssertionError("the floor did not pass the jobs that ended within a minute")
@@ -44,13 +50,7 @@ async def test_a_claim_open_across_folds_keeps_its_job_above_the_floor(pool, dsn
     on its last attempt, found by the stuck sweep)."""
     lease = f.lease(seconds=1, max_attempts=3 if attempts_left else 1)
     await f.jobs(pool, "t", 1)
-    later = await f.lane(pool, None)
-
-    async def fold_with_work_of_the_type() -> None:
-        # a job of the type not due for an hour, in another lane: its line has the fold
-        # take the type along and write its floor
-        await pool.execute("INSERT INTO jobs (type, lane, run_after) VALUES ('t', $1, now() + interval '1 hour')", later)
-        await _fold(pool)
+    later = await f.lane(pool, None)  # the lane of the work that has each fold take the type along
     await _fold(pool)  # the slow claim below finds no fold due: it folds nothing itself
     slow = await connect(dsn)
     try:
@@ -59,12 +59,12 @@ async def test_a_claim_open_across_folds_keeps_its_job_above_the_floor(pool, dsn
         [job] = await q.claim(slow, lease, await f.run(pool), 1)
         for _ in range(3):  # folds a second and more apart, the claim still open
             await asyncio.sleep(1.1)
-            await fold_with_work_of_the_type()
+            await _fold_with_work_of_the_type(pool, later)
         await tr.commit()
     finally:
         await slow.close()
     await asyncio.sleep(1.2)  # its lease has expired
-    await fold_with_work_of_the_type()
+    await _fold_with_work_of_the_type(pool, later)
     assert await pool.fetchval("SELECT job_running_floor('t') > '-infinity'"), "the type has a floor"
     if attempts_left:
         taken = await q.claim(pool, lease, await f.run(pool), 5)
