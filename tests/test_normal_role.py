@@ -70,3 +70,31 @@ async def test_a_database_owner_migrates_once_the_roles_exist(server):
     assert ran.returncode == 0, ran.stderr + ran.stdout
     assert await admin.fetchval("SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = 'app_owner'") is False
     await admin.close()
+
+
+async def test_without_the_right_to_add_pg_trgm_the_error_search_works_unindexed(server):
+    """A login with CREATE on its schema but not on the database may not add pg_trgm
+    (migration 0066): it migrates all the same, without the trigram index, and the error
+    search finds what it found before. The database's owner can add both later."""
+    admin = await asyncpg.connect(server)
+    await admin.execute("CREATE ROLE app_owner LOGIN PASSWORD 'owner-secret'")
+    await admin.execute(RECIPE)
+    await admin.execute("CREATE DATABASE app")  # the superuser's, not app_owner's
+    host = server.rpartition("@")[2].rpartition("/")[0]
+    in_app = await asyncpg.connect(f"{server.rpartition('/')[0]}/app")
+    await in_app.execute("CREATE SCHEMA skiplock AUTHORIZATION app_owner")
+    owner = f"postgresql://app_owner:owner-secret@{host}/app"
+
+    done = cli(owner, "migrate")
+    assert done.returncode == 0, done.stderr
+    assert await in_app.fetchval("SELECT count(*) FROM pg_extension WHERE extname = 'pg_trgm'") == 0
+    assert await in_app.fetchval("SELECT to_regclass('skiplock.jobs_error_text_idx')") is None
+    as_owner = await asyncpg.connect(owner, server_settings={"search_path": "skiplock"})
+    await as_owner.execute("INSERT INTO jobs (type, status, attempts, last_error) "
+                           "VALUES ('t', 'failed', 1, 'ValueError: 100%_sure'), ('t', 'failed', 1, 'KeyError: x')")
+    from app.engine import job_admin
+    rows = await job_admin.list_jobs(as_owner, job_admin.JobFilter(error="0%_S"), None, 50)
+    assert [r["last_error"] for r in rows] == ["ValueError: 100%_sure"]
+    await as_owner.close()
+    await in_app.close()
+    await admin.close()

@@ -50,7 +50,8 @@ JOB_LIST = ListQuery("jobs", [
     uuid_param("batch_id", "only jobs of this batch"),
     time_param("since", "only jobs created at or after this time (no time zone: UTC)"),
     time_param("until", "only jobs created before this time (no time zone: UTC)"),
-    text_param("error", "only jobs whose last_error contains this text, in any case"),
+    # three characters or more: what a trigram index can look up (migration 0066)
+    text_param("error", "only jobs whose last_error contains this text, in any case", min_length=3),
 ])
 
 

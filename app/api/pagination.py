@@ -267,11 +267,12 @@ def time_param(name: str, description: str) -> Param:
     return Param(name, description, {"type": "string", "format": "date-time"}, parse)
 
 
-def text_param(name: str, description: str, max_length: int = 200) -> Param:
-    """Free text to search for: 1 to `max_length` characters, no NUL (PostgreSQL text holds none)."""
+def text_param(name: str, description: str, min_length: int = 1, max_length: int = 200) -> Param:
+    """Free text to search for: `min_length` to `max_length` characters, no NUL (PostgreSQL
+    text holds none)."""
     def parse(raw: str, request: Request) -> str:
-        if not 1 <= len(raw) <= max_length or "\x00" in raw:
-            raise ValueError(f"must be 1 to {max_length} characters without NUL (got {len(raw)})")
+        if not min_length <= len(raw) <= max_length or "\x00" in raw:
+            raise ValueError(f"must be {min_length} to {max_length} characters without NUL (got {len(raw)})")
         return raw
-    return Param(name, description, {"type": "string", "minLength": 1, "maxLength": max_length,
+    return Param(name, description, {"type": "string", "minLength": min_length, "maxLength": max_length,
                                      "pattern": "^[^\\u0000]*$"}, parse)

@@ -35,22 +35,36 @@ async def list_jobs(db, where: JobFilter, after: uuid.UUID | None, limit: int, *
     the same way, for anyone."""
     page = dict(status=where.status, type=where.type, lane=where.lane, batch_id=where.batch_id,
                 since=where.since, until=where.until, error=where.error, after=after, limit=limit)
-    if own_lanes:
-        listing = statement("jobs_list_by_lanes").bind(**page, lanes=None)
-    elif where.lane is not None and where.lane != DEFAULT_LANE:
-        listing = statement("jobs_list_by_lanes").bind(**page, lanes=[where.lane])
-    else:
-        listing = statement("jobs_list").bind(**page)
     # A plan made for the values: the pools' generic plan, not knowing which of the seven
     # filters are NULL, expects about one row and fetches and sorts every job it could show
     # (a million for an admin's page); planned for the values the page walks the key. The
     # planning (under a millisecond) is paid on each call. Inside a (sub)transaction, so
     # the caller's mode is back afterwards, even when the listing fails.
     async with _connection(db) as conn, conn.transaction():
+        if own_lanes:
+            listing = statement("jobs_list_by_lanes").bind(**page, lanes=None)
+        elif where.lane is not None and where.lane != DEFAULT_LANE:
+            listing = statement("jobs_list_by_lanes").bind(**page, lanes=[where.lane])
+        else:
+            listing = statement("jobs_list").bind(**page, ids=await _few_error_matches(conn, where.error))
         was = await conn.fetchval(*statement("plan_for_values").bind())
         rows = await conn.fetch(*listing)
         await conn.execute(*statement("plan_cache_mode_set").bind(mode=was))
     return rows
+
+
+# An error text found in at most this many jobs is read by their ids: a page then costs a
+# lookup each at most, against a walk of every error newer than the matches.
+ERROR_MATCHES_BY_ID = 500
+
+
+async def _few_error_matches(conn, error: str | None) -> list[uuid.UUID] | None:
+    """The jobs whose error holds `error`, when they are few (the trigram index finds them:
+    migration 0066); None when there is no text or it is common."""
+    if error is None:
+        return None
+    ids = await conn.fetchval(*statement("jobs_error_matches").bind(error=error, cap=ERROR_MATCHES_BY_ID))
+    return ids if len(ids) <= ERROR_MATCHES_BY_ID else None
 
 
 def _connection(db):

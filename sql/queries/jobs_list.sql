@@ -6,7 +6,8 @@
 -- (app/engine/job_admin.py) asks for one. A generic plan, expecting one row to pass the
 -- seven optional filters, reads and sorts every job instead (32,529 buffers at 1M jobs).
 -- With :error the page walks jobs_error_idx back instead: only the jobs that have an error
--- (migration 0052; `last_error IS NOT NULL` names the index's predicate).
+-- (migration 0052; `last_error IS NOT NULL` names the index's predicate); with :ids too
+-- (the few jobs whose error holds the text: jobs_error_matches.sql) it reads just those.
 -- With :until or :since the walk runs between job_id_floor(:since) and job_id_bound(:until)
 -- (migration 0055): a job's id is made when its row is written, its created_at when its
 -- transaction began, so a job created in [since, until) whose id came within a minute of
@@ -24,7 +25,8 @@ WHERE id < least(coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'),
   AND (:batch_id::uuid IS NULL OR batch_id = :batch_id)
   AND (:since::timestamptz IS NULL OR created_at >= :since)
   AND (:until::timestamptz IS NULL OR created_at < :until)
-  AND (:error::text IS NULL OR last_error IS NOT NULL AND strpos(lower(last_error), lower(:error)) > 0)
+  AND (:error::text IS NULL OR last_error IS NOT NULL AND last_error ILIKE contains_pattern(:error))
+  AND (:ids::uuid[] IS NULL OR id = ANY (:ids))
 ORDER BY id DESC
 LIMIT :limit)
 UNION ALL
@@ -44,7 +46,8 @@ WHERE (:until::timestamptz IS NOT NULL OR :since::timestamptz IS NOT NULL)
   AND (:batch_id::uuid IS NULL OR batch_id = :batch_id)
   AND (:since::timestamptz IS NULL OR created_at >= :since)
   AND (:until::timestamptz IS NULL OR created_at < :until)
-  AND (:error::text IS NULL OR last_error IS NOT NULL AND strpos(lower(last_error), lower(:error)) > 0)
+  AND (:error::text IS NULL OR last_error IS NOT NULL AND last_error ILIKE contains_pattern(:error))
+  AND (:ids::uuid[] IS NULL OR id = ANY (:ids))
 ORDER BY id DESC
 LIMIT :limit)
 ORDER BY id DESC

@@ -93,10 +93,11 @@ async def _reads(pool, key, since) -> dict[str, str]:
              "trends_jobs": statement("trends_jobs").bind(since=since, bucket_seconds=1800, own_lanes=own_lanes)}
     page = dict(status=None, type=None, lane=None, batch_id=None, since=None, until=None, error="rare",
                 after=None, limit=50)
-    reads["jobs_list error"] = (statement("jobs_list_by_lanes").bind(**page, lanes=None) if own_lanes
-                                else statement("jobs_list").bind(**page))
     out = {}
     async with tenant_transaction(pool, actor) as conn:
+        # as list_jobs reads it: an admin's few matches by id (migration 0066)
+        reads["jobs_list error"] = (statement("jobs_list_by_lanes").bind(**page, lanes=None) if own_lanes
+                                    else statement("jobs_list").bind(**page, ids=await job_admin._few_error_matches(conn, "rare")))
         for name, (sql, *args) in reads.items():
             mode = "force_custom_plan" if name.startswith("jobs_list") else "force_generic_plan"
             out[name] = await explain(conn, sql, tuple(args), mode=mode, options="ANALYZE, BUFFERS, COSTS OFF")
@@ -170,3 +171,46 @@ async def test_the_queue_card_reads_at_most_its_cap_of_a_backlog(pool):
         assert [(r["ready"], r["ready_more"], r["waiting"], r["waiting_more"]) for r in rows] == [(100, True, 100, True)]
         assert rows[0]["oldest_ready_seconds"] >= 59
         assert buffers < small[key][1] + 60, (small[key][1], buffers, want)
+
+
+async def test_a_rare_error_text_is_found_off_the_trigram_index_however_many_errors_are_newer(pool):
+    """An admin's search for a text one old job's error holds reads about as much with 20,000
+    newer failed jobs as with 200 (migration 0066). Walking the errors newest first, as
+    before, it read every one of them."""
+    assert await pool.fetchval("SELECT count(*) FROM pg_indexes WHERE indexname = 'jobs_error_text_idx'") == 1
+    admin = await f.tenant(pool, "root@a.example", admin=True)
+    actor = await accounts.authenticate(pool, admin.key)
+    [rare] = await f.jobs(pool, "record", 1)
+    await pool.execute("UPDATE jobs SET status = 'failed', last_error = 'ValueError: quota of tenant 7f3a gone' "
+                       "WHERE id = $1", rare)
+
+    async def failed_jobs(n: int) -> None:
+        """n failed jobs among 5n that ended well, as a queue's failures come"""
+        await pool.execute("INSERT INTO jobs (type, status, attempts, finished_at, last_error) "
+                           "SELECT 'record', CASE WHEN g % 6 = 0 THEN 'failed' ELSE 'done' END, 1, now(), "
+                           "       CASE WHEN g % 6 = 0 THEN 'TimeoutError: upstream took ' || g || ' s' END "
+                           "FROM generate_series(1, 6 * $1) g", n)
+        await pool.execute("VACUUM ANALYZE jobs")
+
+    async def search(text: str) -> tuple[list, int]:
+        """What list_jobs reads for an admin: the matches if few, then the page."""
+        page = dict(status=None, type=None, lane=None, batch_id=None, since=None, until=None, error=text,
+                    after=None, limit=50)
+        async with tenant_transaction(pool, actor) as conn:
+            sql, *args = statement("jobs_error_matches").bind(error=text, cap=job_admin.ERROR_MATCHES_BY_ID)
+            read = buffers_touched(await explain(conn, sql, tuple(args), options="ANALYZE, BUFFERS, COSTS OFF"))
+            ids = await job_admin._few_error_matches(conn, text)
+            sql, *args = statement("jobs_list").bind(**page, ids=ids)
+            plan = await explain(conn, sql, tuple(args), mode="force_custom_plan", options="ANALYZE, BUFFERS, COSTS OFF")
+            rows = await job_admin.list_jobs(conn, job_admin.JobFilter(error=text), None, 50, own_lanes=False)
+        return [r["id"] for r in rows], read + buffers_touched(plan)
+
+    await failed_jobs(200)
+    found, few = await search("TENANT 7F3A")
+    assert found == [rare]
+    await failed_jobs(20_000)
+    found, many = await search("TENANT 7F3A")
+    assert found == [rare] and many < few + 30, (few, many)
+    # a common text still walks the errors newest first: a page of 50 off the newest
+    common, read = await search("upstream took")
+    assert len(common) == 50 and read < 200, read

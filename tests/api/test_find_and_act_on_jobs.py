@@ -33,6 +33,7 @@ async def test_time_and_error_filters_find_the_jobs_and_only_the_callers(make_cl
     theirs = await f.jobs(pool, "record", 2, lane=b.lane, start=hour_ago)
     await _fail(pool, [new[0], theirs[0]], "ValueError: The Upstream said 503")
     await _fail(pool, [new[1]], "KeyError: 'name'")
+    await _fail(pool, [new[2]], "OSError: disk 100%_full at C:\\tmp")
 
     since = (hour_ago - timedelta(minutes=1)).isoformat()
     listed = await client.get("/jobs", params={"since": since}, headers=a.headers)
@@ -45,8 +46,12 @@ async def test_time_and_error_filters_find_the_jobs_and_only_the_callers(make_cl
     assert [j["id"] for j in found.json()["data"]] == [str(new[0])]
     everyone = await client.get("/jobs", params={"error": "upstream said"}, headers=admin.headers)
     assert {j["id"] for j in everyone.json()["data"]} == {str(new[0]), str(theirs[0])}
-    # '%' and '_' are text, not patterns
-    assert (await client.get("/jobs", params={"error": "%"}, headers=admin.headers)).json()["data"] == []
+    # '%', '_' and '\\' are text, not patterns
+    for text in ("%%%", "u_s", "up%", "\\ps"):
+        assert (await client.get("/jobs", params={"error": text}, headers=admin.headers)).json()["data"] == [], text
+    for text in ("0%_f", ":\\tm"):  # ...and found where the error holds them
+        found = await client.get("/jobs", params={"error": text}, headers=admin.headers)
+        assert [j["id"] for j in found.json()["data"]] == [str(new[2])], text
 
     # keyset paging keeps the filters: the cursor goes on from where the page stopped
     first = (await client.get("/jobs", params={"since": since, "limit": 2}, headers=a.headers)).json()
@@ -54,10 +59,10 @@ async def test_time_and_error_filters_find_the_jobs_and_only_the_callers(make_cl
                              headers=a.headers)).json()
     assert [j["id"] for j in first["data"] + rest["data"]] == [str(i) for i in reversed(new)]
     assert_error(await client.get("/jobs", params={"since": until.url.params.get("until") or since,
-                                                   "error": "x", "cursor": first["nextCursor"]},
+                                                   "error": "xyz", "cursor": first["nextCursor"]},
                                   headers=a.headers), 400, "invalid_cursor")
 
-    for params in ({"since": "yesterday"}, {"until": "2030-13-01T00:00:00Z"}, {"error": ""},
+    for params in ({"since": "yesterday"}, {"until": "2030-13-01T00:00:00Z"}, {"error": ""}, {"error": "up"},
                    {"error": "x" * 201}, {"text": "boom"}):
         answer = await client.get("/jobs", params=params, headers=a.headers)
         assert_error(answer, 400, "unknown_parameter" if "text" in params else "invalid_parameter")

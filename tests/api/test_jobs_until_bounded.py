@@ -91,7 +91,7 @@ async def _until_page(pool, key, until, since=None) -> int:
     page = dict(status=None, type=None, lane=None, batch_id=None, since=since, until=until, error=None,
                 after=None, limit=50)
     sql, *args = (statement("jobs_list_by_lanes").bind(**page, lanes=None) if own_lanes
-                  else statement("jobs_list").bind(**page))
+                  else statement("jobs_list").bind(**page, ids=None))
     async with tenant_transaction(pool, actor) as conn:
         plan = await explain(conn, sql, tuple(args), mode="force_custom_plan", options="ANALYZE, BUFFERS, COSTS OFF")
         rows = await job_admin.list_jobs(conn, job_admin.JobFilter(until=until, since=since), None, 50,

@@ -242,7 +242,7 @@ async def test_a_deep_page_reads_the_index_not_the_table(pool):
     last_id = await pool.fetchval("SELECT id FROM jobs ORDER BY id DESC OFFSET 4000 LIMIT 1")
     async with pool.acquire() as conn:
         sql, *args = statement("jobs_list").bind(status="done", type="t", lane=None, batch_id=None,
-                                                 since=None, until=None, error=None, after=last_id, limit=51)
+                                                 since=None, until=None, error=None, ids=None, after=last_id, limit=51)
         plan = await explain(conn, sql, tuple(args), mode="force_custom_plan")
     assert "Index Scan Backward using jobs_pkey" in plan, plan
     assert f"Index Cond: (id < '{last_id}'::uuid)" in plan, plan  # from the cursor on
