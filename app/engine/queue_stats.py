@@ -57,8 +57,9 @@ async def run_totals(db) -> list[RunTotals]:
     return list(totals.values())
 
 
-# The queue card counts ready and waiting jobs up to this many per type; past it, "10,000+".
-OPEN_COUNT_CAP = 10_000
+# The queue card counts ready and waiting jobs up to this many per type; past it, "1,000+"
+# (the exact pending count per type is `skiplock status`'s and /metrics', from the lane counters).
+OPEN_COUNT_CAP = 1_000
 
 
 async def jobs_by_type(db, own_lanes: bool) -> list[dict]:

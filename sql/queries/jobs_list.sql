@@ -25,7 +25,7 @@ WHERE id < least(coalesce(:after::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'),
   AND (:batch_id::uuid IS NULL OR batch_id = :batch_id)
   AND (:since::timestamptz IS NULL OR created_at >= :since)
   AND (:until::timestamptz IS NULL OR created_at < :until)
-  AND (:error::text IS NULL OR last_error IS NOT NULL AND last_error ILIKE contains_pattern(:error))
+  AND (:error::text IS NULL OR last_error IS NOT NULL AND strpos(lower(last_error), lower(:error)) > 0)
   AND (:ids::uuid[] IS NULL OR id = ANY (:ids))
 ORDER BY id DESC
 LIMIT :limit)
@@ -46,7 +46,7 @@ WHERE (:until::timestamptz IS NOT NULL OR :since::timestamptz IS NOT NULL)
   AND (:batch_id::uuid IS NULL OR batch_id = :batch_id)
   AND (:since::timestamptz IS NULL OR created_at >= :since)
   AND (:until::timestamptz IS NULL OR created_at < :until)
-  AND (:error::text IS NULL OR last_error IS NOT NULL AND last_error ILIKE contains_pattern(:error))
+  AND (:error::text IS NULL OR last_error IS NOT NULL AND strpos(lower(last_error), lower(:error)) > 0)
   AND (:ids::uuid[] IS NULL OR id = ANY (:ids))
 ORDER BY id DESC
 LIMIT :limit)

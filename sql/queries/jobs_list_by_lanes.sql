@@ -36,7 +36,7 @@ FROM (
           AND (:batch_id::uuid IS NULL OR batch_id = :batch_id)
           AND (:since::timestamptz IS NULL OR created_at >= :since)
           AND (:until::timestamptz IS NULL OR created_at < :until)
-          AND (:error::text IS NULL OR last_error IS NOT NULL AND last_error ILIKE contains_pattern(:error))
+          AND (:error::text IS NULL OR last_error IS NOT NULL AND strpos(lower(last_error), lower(:error)) > 0)
         -- One lane, newest first, in the lane index's order. Were the lane named by an
         -- equality, the planner would treat it as fixed and drop it from this order, and a
         -- generic plan could then walk the primary key instead, betting (on a lane with half
@@ -66,7 +66,7 @@ FROM (
        AND (:batch_id::uuid IS NULL OR batch_id = :batch_id)
        AND (:since::timestamptz IS NULL OR created_at >= :since)
        AND (:until::timestamptz IS NULL OR created_at < :until)
-       AND (:error::text IS NULL OR last_error IS NOT NULL AND last_error ILIKE contains_pattern(:error))
+       AND (:error::text IS NULL OR last_error IS NOT NULL AND strpos(lower(last_error), lower(:error)) > 0)
      ORDER BY id DESC
      LIMIT :limit)
     UNION ALL
@@ -80,7 +80,7 @@ FROM (
       AND (:batch_id::uuid IS NULL OR batch_id = :batch_id)
       AND (:since::timestamptz IS NULL OR created_at >= :since)
       AND (:until::timestamptz IS NULL OR created_at < :until)
-      AND (:error::text IS NULL OR last_error IS NOT NULL AND last_error ILIKE contains_pattern(:error))
+      AND (:error::text IS NULL OR last_error IS NOT NULL AND strpos(lower(last_error), lower(:error)) > 0)
 ) page
 ORDER BY id DESC
 LIMIT :limit
