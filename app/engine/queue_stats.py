@@ -57,19 +57,25 @@ async def run_totals(db) -> list[RunTotals]:
     return list(totals.values())
 
 
-# The queue card counts ready and waiting jobs up to this many per type; past it, "1,000+"
-# (the exact pending count per type is `skiplock status`'s and /metrics', from the lane counters).
+# The queue card counts ready and waiting jobs up to this many per type; past it, "1,000+".
+# An admin's ready is exact while no more wait (the lane counters: dashboard_queue.sql).
 OPEN_COUNT_CAP = 1_000
 
 
 async def jobs_by_type(db, own_lanes: bool) -> list[dict]:
     """Per job type: ready and waiting (each at most OPEN_COUNT_CAP; ready_more and
-    waiting_more: there are more), running, and the done, failed and cancelled of the last
+    waiting_more: there are more; an admin's ready exact while no more wait), running, and the done, failed and cancelled of the last
     day (the closed minutes from their rollups), with the oldest ready job's wait.
     own_lanes: a tenant's, lane by lane from its own lanes; else every lane."""
     await roll_up_endings(db)
-    rows = await db.fetch(*statement("dashboard_queue").bind(own_lanes=own_lanes, cap=OPEN_COUNT_CAP))
-    return [dict(r) for r in rows]
+    rows = [dict(r) for r in await db.fetch(*statement("dashboard_queue").bind(own_lanes=own_lanes,
+                                                                                cap=OPEN_COUNT_CAP))]
+    if not own_lanes:  # ready, exact: the type's pending jobs less those counted not yet due
+        pending = {r["type"]: r["pending"] for r in await db.fetch(*statement("queue_pending_by_type").bind())}
+        for row in rows:
+            if row["type"] in pending and not row["waiting_more"]:
+                row["ready"], row["ready_more"] = max(pending[row["type"]] - row["waiting"], 0), False
+    return rows
 
 
 async def open_runs(db) -> dict[str, int]:

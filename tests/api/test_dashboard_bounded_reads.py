@@ -7,8 +7,9 @@ by the ten thousand without an error, and as a backlog grows."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from unittest.mock import patch
 
-from app.engine import accounts, job_admin
+from app.engine import accounts, job_admin, queue_stats
 from app.engine.jobs import DEFAULT_LANE
 from app.engine.queries import statement
 from app.engine.queue_stats import OPEN_COUNT_CAP
@@ -79,6 +80,16 @@ async def test_the_queue_card_equals_the_jobs_counted(pool):
                 counted = [dict(r) for r in await conn.fetch(QUEUE_COUNTED, cap)]
                 assert card == counted and card, (own_lanes, cap)
                 assert any(r["ready_more"] for r in card) == (cap == 3), card
+            # the card as /stats shows it: an admin's ready exact (the lane counters), capped or not
+            exact = await conn.fetch(QUEUE_COUNTED, 10**9)
+            shown = await queue_stats.jobs_by_type(conn, own_lanes)
+            assert [(r["type"], r["ready"], r["ready_more"]) for r in shown] == [
+                (r["type"], r["ready"], False) for r in exact], shown
+        if not own_lanes:
+            with patch.object(queue_stats, "OPEN_COUNT_CAP", 3):  # past the cap, still exact
+                async with tenant_transaction(pool, actor) as conn:
+                    shown = await queue_stats.jobs_by_type(conn, own_lanes)
+                    assert any(r["ready"] > 3 and not r["ready_more"] for r in shown), shown
         assert any(r["done"] and r["failed"] and r["cancelled"] and r["oldest_ready_seconds"] for r in card), card
     alice_card = {r["type"]: r for r in card}
     assert alice_card["record"]["done"] < 20  # bob's and the operator's endings are not alice's

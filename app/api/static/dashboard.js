@@ -130,7 +130,7 @@ function keyboardScrollSoon() {
 
 function num(value) { return el("td", { class: "num", text: value === null || value === undefined ? "–" : value }); }
 
-// ready and waiting are counted up to a cap (1,000 a type): past it, "1,000+"
+// ready and waiting are counted up to a cap (1,000 a type): past it, "1,000+" (an admin's ready is exact while fewer wait)
 function capped(n, more) { return more ? `${n.toLocaleString("en")}+` : n; }
 
 function renderQueue(stats) {
