@@ -58,14 +58,15 @@ async def run_totals(db) -> list[RunTotals]:
 
 
 # The queue card counts ready and waiting jobs up to this many per type; past it, "1,000+".
-# An admin's ready is exact while no more wait (the lane counters: dashboard_queue.sql).
+# An admin's ready is exact while no more wait (the lane counters: queue_pending_by_type.sql).
 OPEN_COUNT_CAP = 1_000
 
 
 async def jobs_by_type(db, own_lanes: bool) -> list[dict]:
     """Per job type: ready and waiting (each at most OPEN_COUNT_CAP; ready_more and
-    waiting_more: there are more; an admin's ready exact while no more wait), running, and the done, failed and cancelled of the last
-    day (the closed minutes from their rollups), with the oldest ready job's wait.
+    waiting_more: there are more; an admin's ready is exact while no more wait), running,
+    and the done, failed and cancelled of the last day (the closed minutes from their
+    rollups), with the oldest ready job's wait.
     own_lanes: a tenant's, lane by lane from its own lanes; else every lane."""
     await roll_up_endings(db)
     rows = [dict(r) for r in await db.fetch(*statement("dashboard_queue").bind(own_lanes=own_lanes,
