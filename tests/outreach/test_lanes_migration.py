@@ -86,7 +86,11 @@ async def test_a_database_made_before_the_split_comes_across_with_its_data(new_d
             assert await migrate(fresh, [PLUGIN]) == [v for v, _ in chain([PLUGIN])]
         finally:
             await fresh.close()
-        old_schema, new_schema = schema_of(old_url), schema_of(fresh_url)
+        # pg_trgm (migration 0066) is made where the queue was when 0066 ran: public, for a
+        # queue that moved into its schema afterwards; an extension is not moved with it
+        old_schema = [line.replace("pg_trgm WITH SCHEMA public", "pg_trgm WITH SCHEMA skiplock")
+                      .replace("public.gin_trgm_ops", "skiplock.gin_trgm_ops") for line in schema_of(old_url)]
+        new_schema = schema_of(fresh_url)
         assert old_schema == new_schema, "\n".join(difflib.unified_diff(
             old_schema, new_schema, "legacy + bridge", "fresh", lineterm="", n=1))
 
