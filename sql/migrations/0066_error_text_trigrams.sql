@@ -11,7 +11,7 @@
 --
 -- pg_trgm is a trusted extension: a role with CREATE on the database may add it. Where it
 -- is missing or may not be added, everything works the same without the index (a rare text
--- reads every error, as before), and docs/operations.md says how to add it later. The
+-- reads every error, as before), and docs/deploy.md says how to add it later. The
 -- extension goes where the connection's search_path puts it unless the database has it
 -- already; the index names its operator class in the extension's schema either way.
 
